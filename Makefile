@@ -1,0 +1,70 @@
+# flashcoupon — the project's interface. `make help` lists the targets.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+# uv is installed with pip when the machine lacks it; `python3 -m uv` works either way.
+UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
+RUN := $(UV) run --frozen
+STACK := scripts/stack.sh
+
+.PHONY: help install stack-up stack-status stack-down stack-reset migrate test test-unit lint fmt demo \
+        bench bench-issuer bench-persister bench-gateway
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+install: ## install everything a fresh machine lacks (apt, uv, Python deps, Kafka jars)
+	@start=$$(date +%s); \
+	if ! command -v uv >/dev/null && ! python3 -m uv --version >/dev/null 2>&1; then \
+	  echo "[install] pip install uv"; python3 -m pip install -q uv; fi; \
+	$(UV) sync --frozen --quiet; \
+	$(STACK) install; \
+	echo "[install] done in $$(( $$(date +%s) - start ))s"
+
+stack-up: install ## start Redis Cluster, Kafka (KRaft) and MariaDB, wait for readiness, migrate
+	$(STACK) up
+	$(RUN) flashcoupon-migrate upgrade
+
+stack-status: ## report what runs where; exits non-zero when anything is unhealthy
+	$(STACK) status
+
+stack-down: ## stop the processes the stack started
+	$(STACK) down
+
+stack-reset: ## stop the stack and wipe its data
+	$(STACK) reset
+
+migrate: ## run the MySQL schema migrations
+	$(RUN) flashcoupon-migrate upgrade
+
+lint: ## ruff lint and format check
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+fmt: ## ruff format and autofix
+	$(RUN) ruff format .
+	$(RUN) ruff check --fix .
+
+test-unit: install ## only the tests that need no server
+	$(RUN) pytest tests/unit
+
+test: stack-up lint ## everything: installs, the stack, lint, every test tier
+	@start=$$(date +%s); \
+	$(RUN) pytest; \
+	echo "[test] pytest took $$(( $$(date +%s) - start ))s"
+
+demo: stack-up ## the main job: a coupon drop on the local stack with an invariant report
+	$(RUN) python -m flashcoupon_loadtest.demo
+
+bench-issuer: stack-up ## issuer vs hello-world vs naive EVALSHA, ratios in loadtest/results/
+	$(RUN) python -m flashcoupon_loadtest.bench_issuer
+
+bench-persister: stack-up ## persister rows/s vs plain executemany, in loadtest/results/
+	$(RUN) python -m flashcoupon_loadtest.bench_persister
+
+bench-gateway: stack-up ## issuer direct vs through the gateway, in loadtest/results/
+	$(RUN) python -m flashcoupon_loadtest.bench_gateway
+
+bench: stack-up ## every benchmark plus the end-to-end burst, one table
+	$(RUN) python -m flashcoupon_loadtest.bench_all

@@ -1,0 +1,1 @@
+"""MySQL schema, engine and migrations: shared by the persister, couponctl and the auditor."""

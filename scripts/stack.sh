@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# The local stack: Redis Cluster (3 masters + 3 replicas), Apache Kafka in KRaft mode and
+# MariaDB, each on loopback ports of its own, state and logs under .stack/.
+#
+#   scripts/stack.sh install   system packages (apt), uv, the Kafka jars (mvn): idempotent
+#   scripts/stack.sh up        install, then start what is not running and wait for readiness
+#   scripts/stack.sh status    what runs where; exits 1 when anything is unhealthy
+#   scripts/stack.sh down      stop only the processes this script started (recorded pids)
+#   scripts/stack.sh reset     down, then wipe all state (data dirs, cluster config)
+#
+# Ports and sizes come from the environment (defaults below), so a second stack can run
+# beside the first. Everything binds to 127.0.0.1.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STACK_DIR=${FLASHCOUPON_STACK_DIR:-$ROOT/.stack}
+CACHE_DIR=${FLASHCOUPON_CACHE_DIR:-$ROOT/.cache}
+LOG_DIR=$STACK_DIR/logs
+PID_DIR=$STACK_DIR/pids
+
+REDIS_BASE_PORT=${REDIS_BASE_PORT:-17000}
+REDIS_NODES=${REDIS_NODES:-6}
+REDIS_REPLICAS=${REDIS_REPLICAS:-1}
+KAFKA_BROKERS=${KAFKA_BROKERS:-1}
+KAFKA_BASE_PORT=${KAFKA_BASE_PORT:-19092}
+KAFKA_CONTROLLER_BASE_PORT=${KAFKA_CONTROLLER_BASE_PORT:-19192}
+KAFKA_HEAP=${KAFKA_HEAP:-768m}
+MYSQL_PORT=${MYSQL_PORT:-13306}
+MYSQL_DATABASE=${MYSQL_DATABASE:-flashcoupon}
+MYSQL_USER=${MYSQL_USER:-flashcoupon}
+MYSQL_PASSWORD=${MYSQL_PASSWORD:-flashcoupon}
+
+KAFKA_LIBS=$CACHE_DIR/kafka/libs
+MYSQL_SOCKET=$STACK_DIR/mariadb/mysqld.sock
+
+log() { printf '[stack %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() { # seconds description command...
+  local deadline=$((SECONDS + $1)) what=$2; shift 2
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.5
+  done
+  log "$what ready"
+}
+
+redis_ports() { seq "$REDIS_BASE_PORT" $((REDIS_BASE_PORT + REDIS_NODES - 1)); }
+kafka_ids() { seq 1 "$KAFKA_BROKERS"; }
+
+# ---------------------------------------------------------------- install
+
+install_system() {
+  local missing=()
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v redis-cli >/dev/null || missing+=(redis-tools)
+  command -v mariadbd >/dev/null || missing+=(mariadb-server)
+  command -v mariadb >/dev/null || missing+=(mariadb-client)
+  command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "apt-get install ${missing[*]}"
+    as_root apt-get update -qq
+    # policy-rc.d keeps Debian from starting the system's own redis/mariadb services.
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+install_kafka() {
+  if [ -f "$KAFKA_LIBS/.complete" ] && cmp -s "$ROOT/scripts/kafka/pom.xml" "$KAFKA_LIBS/.complete"; then
+    return
+  fi
+  log "fetching Kafka jars from Maven Central into $KAFKA_LIBS"
+  rm -rf "$KAFKA_LIBS"
+  mkdir -p "$KAFKA_LIBS"
+  mvn -q -B -f "$ROOT/scripts/kafka/pom.xml" -Dmaven.repo.local="$CACHE_DIR/m2" \
+    dependency:copy-dependencies -DoutputDirectory="$KAFKA_LIBS" -DincludeScope=runtime
+  cp "$ROOT/scripts/kafka/pom.xml" "$KAFKA_LIBS/.complete"
+}
+
+cmd_install() {
+  local t0=$SECONDS
+  install_system
+  install_kafka
+  log "install done in $((SECONDS - t0))s"
+}
+
+# ---------------------------------------------------------------- redis
+
+redis_start() {
+  local port dir
+  for port in $(redis_ports); do
+    dir=$STACK_DIR/redis/$port
+    mkdir -p "$dir"
+    if alive "$PID_DIR/redis-$port.pid"; then continue; fi
+    port_open "$port" && die "port $port is taken by a process this stack did not start"
+    # No RDB/AOF: the local stack is disposable. Durability across node loss is what
+    # replicas (and the issuer's WAIT setting) are for; that is what tests exercise.
+    redis-server --port "$port" --bind 127.0.0.1 --protected-mode no \
+      --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
+      --cluster-node-timeout 3000 --dir "$dir" --save "" --appendonly no \
+      --daemonize yes --pidfile "$PID_DIR/redis-$port.pid" --logfile "$LOG_DIR/redis-$port.log"
+  done
+  for port in $(redis_ports); do
+    wait_for 20 "redis :$port" redis-cli -p "$port" ping || die "redis :$port did not answer; see $LOG_DIR/redis-$port.log"
+  done
+  local known
+  known=$(redis-cli -p "$REDIS_BASE_PORT" cluster info | tr -d '\r' | awk -F: '$1=="cluster_known_nodes"{print $2}')
+  if [ "$known" = 1 ]; then
+    log "creating Redis Cluster ($REDIS_NODES nodes, $REDIS_REPLICAS replica(s) per master)"
+    local addrs=()
+    for port in $(redis_ports); do addrs+=("127.0.0.1:$port"); done
+    redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$REDIS_REPLICAS" --cluster-yes >"$LOG_DIR/redis-cluster-create.log"
+  fi
+  wait_for 60 "redis cluster" redis_cluster_ok || die "cluster_state is not ok; see 'scripts/stack.sh status' (or 'reset')"
+}
+
+redis_cluster_ok() {
+  local port
+  for port in $(redis_ports); do
+    redis-cli -p "$port" cluster info 2>/dev/null | tr -d '\r' | grep -q '^cluster_state:ok$' || return 1
+  done
+}
+
+# ---------------------------------------------------------------- kafka
+
+kafka_write_config() { # id
+  local id=$1 voters="" i
+  for i in $(kafka_ids); do
+    voters="${voters:+$voters,}$i@127.0.0.1:$((KAFKA_CONTROLLER_BASE_PORT + i - 1))"
+  done
+  local rf=$((KAFKA_BROKERS < 3 ? KAFKA_BROKERS : 3))
+  local port=$((KAFKA_BASE_PORT + id - 1)) cport=$((KAFKA_CONTROLLER_BASE_PORT + id - 1))
+  cat >"$STACK_DIR/kafka/$id/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$id
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$STACK_DIR/kafka/$id/data
+num.partitions=6
+default.replication.factor=$rf
+min.insync.replicas=1
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=12
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+EOF
+}
+
+kafka_cmd() { # logfile: sets KAFKA_CMD, the JVM command line without its main class
+  KAFKA_CMD=(java "-Xmx$KAFKA_HEAP" -Xms256m -XX:+UseG1GC -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$ROOT/scripts/kafka/log4j2.properties" "-Dkafka.logfile=$1"
+    -cp "$KAFKA_LIBS/*")
+}
+
+kafka_start() {
+  local id dir cluster_id
+  mkdir -p "$STACK_DIR/kafka"
+  if [ ! -f "$STACK_DIR/kafka/cluster.id" ]; then
+    kafka_cmd "$LOG_DIR/kafka-tool.log"
+    "${KAFKA_CMD[@]}" kafka.tools.StorageTool random-uuid >"$STACK_DIR/kafka/cluster.id"
+  fi
+  cluster_id=$(cat "$STACK_DIR/kafka/cluster.id")
+  for id in $(kafka_ids); do
+    dir=$STACK_DIR/kafka/$id
+    mkdir -p "$dir"
+    if alive "$PID_DIR/kafka-$id.pid"; then continue; fi
+    port_open $((KAFKA_BASE_PORT + id - 1)) && die "port $((KAFKA_BASE_PORT + id - 1)) is taken by a process this stack did not start"
+    kafka_write_config "$id"
+    if [ ! -f "$dir/data/meta.properties" ]; then
+      kafka_cmd "$LOG_DIR/kafka-tool.log"
+      "${KAFKA_CMD[@]}" kafka.tools.StorageTool format -t "$cluster_id" -c "$dir/server.properties" >/dev/null
+    fi
+    kafka_cmd "$LOG_DIR/kafka-$id.log"
+    nohup "${KAFKA_CMD[@]}" kafka.Kafka "$dir/server.properties" >"$LOG_DIR/kafka-$id.out" 2>&1 &
+    echo $! >"$PID_DIR/kafka-$id.pid"
+  done
+  for id in $(kafka_ids); do
+    wait_for 60 "kafka broker $id :$((KAFKA_BASE_PORT + id - 1))" port_open $((KAFKA_BASE_PORT + id - 1)) \
+      || die "kafka broker $id did not open its port; see $LOG_DIR/kafka-$id.log"
+  done
+  # A port accepting connections is not a working broker: create the project's topics and
+  # round-trip a message through an idempotent producer before calling Kafka ready.
+  (cd "$ROOT" && uv run --frozen python scripts/stack_probe.py kafka "$(kafka_bootstrap)") \
+    || die "kafka round trip failed; see $LOG_DIR/kafka-1.log"
+}
+
+kafka_bootstrap() {
+  local out="" id
+  for id in $(kafka_ids); do out="${out:+$out,}127.0.0.1:$((KAFKA_BASE_PORT + id - 1))"; done
+  echo "$out"
+}
+
+# ---------------------------------------------------------------- mariadb
+
+mysql_root() { mariadb --socket="$MYSQL_SOCKET" -uroot "$@"; }
+
+mariadb_start() {
+  local dir=$STACK_DIR/mariadb
+  mkdir -p "$dir"
+  if ! alive "$PID_DIR/mariadb.pid"; then
+    port_open "$MYSQL_PORT" && die "port $MYSQL_PORT is taken by a process this stack did not start"
+    if [ ! -d "$dir/data/mysql" ]; then
+      log "initialising MariaDB data directory"
+      mariadb-install-db --no-defaults --datadir="$dir/data" --user="$(id -un)" \
+        --auth-root-authentication-method=socket --skip-test-db >"$LOG_DIR/mariadb-install.log" 2>&1
+    fi
+    nohup mariadbd --no-defaults --datadir="$dir/data" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+      --socket="$MYSQL_SOCKET" --pid-file="$dir/mariadbd.pid" --user="$(id -un)" \
+      --log-error="$LOG_DIR/mariadb.log" --max-connections=500 --innodb-buffer-pool-size=512M \
+      --character-set-server=utf8mb4 --collation-server=utf8mb4_bin --skip-name-resolve \
+      >"$LOG_DIR/mariadb.out" 2>&1 &
+    echo $! >"$PID_DIR/mariadb.pid"
+  fi
+  wait_for 60 "mariadb :$MYSQL_PORT" mysql_root -e 'SELECT 1' || die "mariadb did not answer; see $LOG_DIR/mariadb.log"
+  mysql_root <<SQL
+CREATE DATABASE IF NOT EXISTS \`$MYSQL_DATABASE\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
+CREATE USER IF NOT EXISTS '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
+CREATE USER IF NOT EXISTS '$MYSQL_USER'@'localhost' IDENTIFIED BY '$MYSQL_PASSWORD';
+-- Tests create a database each (random names), so the project user may create databases.
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'localhost';
+FLUSH PRIVILEGES;
+SQL
+  mariadb -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" -e 'SELECT 1' >/dev/null \
+    || die "mariadb login as $MYSQL_USER over TCP failed"
+}
+
+# ---------------------------------------------------------------- commands
+
+cmd_up() {
+  local t0=$SECONDS
+  cmd_install
+  mkdir -p "$LOG_DIR" "$PID_DIR"
+  redis_start
+  mariadb_start
+  kafka_start
+  log "stack up in $((SECONDS - t0))s"
+  cmd_status
+}
+
+cmd_status() {
+  local bad=0 port id info state role
+  echo "Redis Cluster (logs: $LOG_DIR/redis-*.log)"
+  for port in $(redis_ports); do
+    if role=$(redis-cli -p "$port" role 2>/dev/null | head -1) && [ -n "$role" ]; then
+      info=$(redis-cli -p "$port" cluster info | tr -d '\r')
+      state=$(awk -F: '$1=="cluster_state"{print $2}' <<<"$info")
+      printf '  127.0.0.1:%s  %-6s  cluster_state:%s\n' "$port" "$role" "$state"
+      [ "$state" = ok ] || bad=1
+    else
+      printf '  127.0.0.1:%s  DOWN\n' "$port"
+      bad=1
+    fi
+  done
+  for port in $(redis_ports); do
+    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+      local masters
+      masters=$(redis-cli -p "$port" cluster nodes | awk '$3 ~ /master/ && $3 !~ /fail/ && $9 != "" {n++} END{print n+0}')
+      printf '  masters serving slots: %s; failed nodes seen: %s\n' "$masters" \
+        "$(redis-cli -p "$port" cluster nodes | awk '$3 ~ /fail/ {n++} END{print n+0}')"
+      break
+    fi
+  done
+  echo "Kafka KRaft (logs: $LOG_DIR/kafka-*.log)"
+  for id in $(kafka_ids); do
+    port=$((KAFKA_BASE_PORT + id - 1))
+    if alive "$PID_DIR/kafka-$id.pid" && port_open "$port"; then
+      printf '  broker %s  127.0.0.1:%s  up (pid %s)\n' "$id" "$port" "$(cat "$PID_DIR/kafka-$id.pid")"
+    else
+      printf '  broker %s  127.0.0.1:%s  DOWN\n' "$id" "$port"
+      bad=1
+    fi
+  done
+  echo "MariaDB (log: $LOG_DIR/mariadb.log)"
+  if mariadb -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" -e 'SELECT 1' >/dev/null 2>&1; then
+    printf '  127.0.0.1:%s  up  database=%s user=%s\n' "$MYSQL_PORT" "$MYSQL_DATABASE" "$MYSQL_USER"
+  else
+    printf '  127.0.0.1:%s  DOWN\n' "$MYSQL_PORT"
+    bad=1
+  fi
+  if [ $bad = 0 ]; then echo "stack: healthy"; else echo "stack: UNHEALTHY"; fi
+  return $bad
+}
+
+stop_pid() { # pidfile name
+  local pidfile=$1 name=$2 pid i
+  [ -f "$pidfile" ] || return 0
+  pid=$(cat "$pidfile")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid" 2>/dev/null || true; fi
+    log "stopped $name (pid $pid)"
+  fi
+  rm -f "$pidfile"
+}
+
+cmd_down() {
+  local port id
+  for id in $(kafka_ids); do stop_pid "$PID_DIR/kafka-$id.pid" "kafka broker $id"; done
+  for port in $(redis_ports); do stop_pid "$PID_DIR/redis-$port.pid" "redis :$port"; done
+  stop_pid "$PID_DIR/mariadb.pid" "mariadb"
+}
+
+cmd_reset() {
+  cmd_down
+  rm -rf "$STACK_DIR/redis" "$STACK_DIR/kafka" "$STACK_DIR/mariadb"
+  log "state wiped under $STACK_DIR"
+}
+
+case "${1:-}" in
+  install) cmd_install ;;
+  up) cmd_up ;;
+  status) cmd_status ;;
+  down) cmd_down ;;
+  reset) cmd_reset ;;
+  env)
+    echo "FLASHCOUPON_REDIS_NODES=$(redis_ports | sed 's/^/127.0.0.1:/' | paste -sd,)"
+    echo "FLASHCOUPON_KAFKA_BOOTSTRAP=$(kafka_bootstrap)"
+    echo "FLASHCOUPON_MYSQL_URL=mysql+asyncmy://$MYSQL_USER:$MYSQL_PASSWORD@127.0.0.1:$MYSQL_PORT/$MYSQL_DATABASE"
+    ;;
+  *) echo "usage: $0 install|up|status|down|reset|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,1 @@
+"""flashcoupon_persister."""
