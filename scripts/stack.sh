@@ -2,11 +2,16 @@
 # The local stack: Redis Cluster (3 masters + 3 replicas), Apache Kafka in KRaft mode and
 # MariaDB, each on loopback ports of its own, state and logs under .stack/.
 #
-#   scripts/stack.sh install   system packages (apt), uv, the Kafka jars (mvn): idempotent
-#   scripts/stack.sh up        install, then start what is not running and wait for readiness
-#   scripts/stack.sh status    what runs where; exits 1 when anything is unhealthy
-#   scripts/stack.sh down      stop only the processes this script started (recorded pids)
-#   scripts/stack.sh reset     down, then wipe all state (data dirs, cluster config)
+#   scripts/stack.sh install          system packages (apt), the Kafka jars (mvn): idempotent
+#   scripts/stack.sh up [PART...]     install, start what is not running, wait for readiness
+#   scripts/stack.sh status           what runs where; exits 1 when anything is unhealthy
+#   scripts/stack.sh down [PART...]   stop only the processes this script started (recorded pids)
+#   scripts/stack.sh reset            down, then wipe all state (data dirs, cluster config)
+#   scripts/stack.sh env              the FLASHCOUPON_* variables that point services here
+#
+# PART is redis, kafka or mariadb (default: all three). Failure tests start private instances
+# with their own FLASHCOUPON_STACK_DIR and ports (e.g. `KAFKA_BASE_PORT=29092 ... up kafka`)
+# and stop those, never the shared stack.
 #
 # Ports and sizes come from the environment (defaults below), so a second stack can run
 # beside the first. Everything binds to 127.0.0.1.
@@ -237,15 +242,31 @@ SQL
 
 # ---------------------------------------------------------------- commands
 
+wants() { # part parts...: is `part` among the requested parts (none requested = all)?
+  local part=$1; shift
+  [ $# -eq 0 ] && return 0
+  local p
+  for p in "$@"; do [ "$p" = "$part" ] && return 0; done
+  return 1
+}
+
+check_parts() {
+  local p
+  for p in "$@"; do
+    case $p in redis | kafka | mariadb) ;; *) die "unknown part '$p' (redis, kafka, mariadb)" ;; esac
+  done
+}
+
 cmd_up() {
   local t0=$SECONDS
+  check_parts "$@"
   cmd_install
   mkdir -p "$LOG_DIR" "$PID_DIR"
-  redis_start
-  mariadb_start
-  kafka_start
-  log "stack up in $((SECONDS - t0))s"
-  cmd_status
+  if wants redis "$@"; then redis_start; fi
+  if wants mariadb "$@"; then mariadb_start; fi
+  if wants kafka "$@"; then kafka_start; fi
+  log "up in $((SECONDS - t0))s"
+  if [ $# -eq 0 ]; then cmd_status; fi
 }
 
 cmd_status() {
@@ -307,9 +328,14 @@ stop_pid() { # pidfile name
 
 cmd_down() {
   local port id
-  for id in $(kafka_ids); do stop_pid "$PID_DIR/kafka-$id.pid" "kafka broker $id"; done
-  for port in $(redis_ports); do stop_pid "$PID_DIR/redis-$port.pid" "redis :$port"; done
-  stop_pid "$PID_DIR/mariadb.pid" "mariadb"
+  check_parts "$@"
+  if wants kafka "$@"; then
+    for id in $(kafka_ids); do stop_pid "$PID_DIR/kafka-$id.pid" "kafka broker $id"; done
+  fi
+  if wants redis "$@"; then
+    for port in $(redis_ports); do stop_pid "$PID_DIR/redis-$port.pid" "redis :$port"; done
+  fi
+  if wants mariadb "$@"; then stop_pid "$PID_DIR/mariadb.pid" "mariadb"; fi
 }
 
 cmd_reset() {
@@ -320,14 +346,14 @@ cmd_reset() {
 
 case "${1:-}" in
   install) cmd_install ;;
-  up) cmd_up ;;
+  up) shift; cmd_up "$@" ;;
   status) cmd_status ;;
-  down) cmd_down ;;
+  down) shift; cmd_down "$@" ;;
   reset) cmd_reset ;;
   env)
     echo "FLASHCOUPON_REDIS_NODES=$(redis_ports | sed 's/^/127.0.0.1:/' | paste -sd,)"
     echo "FLASHCOUPON_KAFKA_BOOTSTRAP=$(kafka_bootstrap)"
     echo "FLASHCOUPON_MYSQL_URL=mysql+asyncmy://$MYSQL_USER:$MYSQL_PASSWORD@127.0.0.1:$MYSQL_PORT/$MYSQL_DATABASE"
     ;;
-  *) echo "usage: $0 install|up|status|down|reset|env" >&2; exit 2 ;;
+  *) echo "usage: $0 install|up [PART...]|status|down [PART...]|reset|env" >&2; exit 2 ;;
 esac

@@ -1,0 +1,86 @@
+"""Private server instances for failure-injection tests.
+
+A test that stops or kills a server must not touch the shared stack other tests use, so it
+starts its own instance through scripts/stack.sh with its own state dir and ports, and can
+stop/start it at will. Ports are picked from a range per test run.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STACK = ROOT / "scripts" / "stack.sh"
+
+
+def free_port_pair() -> int:
+    """A port p such that p and p+100 are free (Kafka uses base and controller ports)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 60000 and all(_free(p) for p in (port, port + 100)):
+            return port
+    raise RuntimeError("no free port pair found")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+@dataclass
+class PrivateServer:
+    """One server part (kafka or mariadb) of a private stack."""
+
+    part: str
+    env: dict[str, str] = field(default_factory=dict)
+
+    def _run(self, *args: str) -> None:
+        subprocess.run([str(STACK), *args], check=True, env={**os.environ, **self.env})
+
+    def start(self) -> None:
+        self._run("up", self.part)
+
+    def stop(self) -> None:
+        self._run("down", self.part)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no clean shutdown."""
+        pidfile = Path(self.env["FLASHCOUPON_STACK_DIR"]) / "pids" / f"{self.part}.pid"
+        if self.part == "kafka":
+            pidfile = pidfile.with_name("kafka-1.pid")
+        os.kill(int(pidfile.read_text()), 9)
+        pidfile.unlink()
+
+
+def private_kafka() -> tuple[PrivateServer, str]:
+    """A stopped private Kafka broker and its bootstrap address; call .start()."""
+    port = free_port_pair()
+    state = tempfile.mkdtemp(prefix="fc-kafka-")
+    env = {
+        "FLASHCOUPON_STACK_DIR": state,
+        "KAFKA_BASE_PORT": str(port),
+        "KAFKA_CONTROLLER_BASE_PORT": str(port + 100),
+        "KAFKA_HEAP": "384m",
+    }
+    return PrivateServer("kafka", env), f"127.0.0.1:{port}"
+
+
+def private_mariadb() -> tuple[PrivateServer, str]:
+    """A stopped private MariaDB and its SQLAlchemy URL (database `flashcoupon`); call .start()."""
+    port = free_port_pair()
+    state = tempfile.mkdtemp(prefix="fc-mariadb-")
+    env = {"FLASHCOUPON_STACK_DIR": state, "MYSQL_PORT": str(port)}
+    return PrivateServer(
+        "mariadb", env
+    ), f"mysql+asyncmy://flashcoupon:flashcoupon@127.0.0.1:{port}/flashcoupon"
