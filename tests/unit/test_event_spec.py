@@ -31,3 +31,26 @@ def test_tier_quantities_are_exact(
     counts = spec(quantity, shares).tier_quantities()
     assert counts == expected
     assert sum(counts.values()) == quantity
+
+
+def test_json_round_trip_keeps_every_field() -> None:
+    from datetime import timedelta
+
+    from flashcoupon_common.event_spec import AdmissionSpec
+
+    s = EventSpec(
+        "bf-2026",
+        "Black Friday",
+        10_000,
+        datetime(2026, 11, 27, 5, tzinfo=UTC),
+        datetime(2026, 11, 27, 14, 59, 59, tzinfo=UTC),
+        (
+            TierSpec("big", FIXED, 10),
+            TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
+        ),
+        per_user_limit=3,
+        warmup=timedelta(minutes=5),
+        valid_for=timedelta(hours=1),
+        admission=AdmissionSpec(50_000, 2.0, 5, True, 2000),
+    )
+    assert EventSpec.from_json(s.to_json()) == s

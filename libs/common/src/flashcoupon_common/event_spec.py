@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import orjson
+
 from flashcoupon_common.messages import Discount
 
 
@@ -56,3 +58,57 @@ class EventSpec:
         for i in by_remainder[:left]:
             counts[exact[i][0]] += 1
         return counts
+
+    # ---- JSON form: stored in Redis (event config) and MySQL (coupon_events.spec)
+    def to_json(self) -> bytes:
+        a = self.admission
+        return orjson.dumps(
+            {
+                "eventId": self.event_id,
+                "title": self.title,
+                "quantity": self.quantity,
+                "perUserLimit": self.per_user_limit,
+                "startAt": self.start_at.isoformat(),
+                "endAt": self.end_at.isoformat(),
+                "warmupSeconds": self.warmup.total_seconds(),
+                "validForSeconds": self.valid_for.total_seconds(),
+                "tiers": [
+                    {"name": t.name, "discount": t.discount.to_json(), "share": t.share}
+                    for t in self.tiers
+                ],
+                "admission": {
+                    "maxPerSecond": a.max_per_second,
+                    "perUser": {"perSecond": a.per_user_per_second, "burst": a.per_user_burst},
+                    "waitingRoom": {
+                        "enabled": a.waiting_room_enabled,
+                        "admitPerSecond": a.waiting_room_admit_per_second,
+                    },
+                },
+            }
+        )
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> EventSpec:
+        d = orjson.loads(raw)
+        a = d["admission"]
+        return cls(
+            event_id=d["eventId"],
+            title=d["title"],
+            quantity=d["quantity"],
+            per_user_limit=d["perUserLimit"],
+            start_at=datetime.fromisoformat(d["startAt"]),
+            end_at=datetime.fromisoformat(d["endAt"]),
+            warmup=timedelta(seconds=d["warmupSeconds"]),
+            valid_for=timedelta(seconds=d["validForSeconds"]),
+            tiers=tuple(
+                TierSpec(t["name"], Discount.from_json(t["discount"]), t["share"])
+                for t in d["tiers"]
+            ),
+            admission=AdmissionSpec(
+                max_per_second=a["maxPerSecond"],
+                per_user_per_second=a["perUser"]["perSecond"],
+                per_user_burst=a["perUser"]["burst"],
+                waiting_room_enabled=a["waitingRoom"]["enabled"],
+                waiting_room_admit_per_second=a["waitingRoom"]["admitPerSecond"],
+            ),
+        )
