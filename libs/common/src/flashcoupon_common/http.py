@@ -1,0 +1,154 @@
+"""HTTP pieces every service shares: problem+json errors, health/readiness/metrics routes.
+
+Errors follow RFC 9457 with a stable machine `code`. Domain code raises `ProblemError` (or a
+subclass); `exception_handlers()` turns it, Starlette's HTTPException (404, 405, ...) and any
+unexpected exception into problem+json, so no client ever sees a stack trace.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+# Stable codes for the errors the framework raises before our handlers run.
+_HTTP_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "UNPROCESSABLE",
+    429: "RATE_LIMITED",
+    503: "UNAVAILABLE",
+}
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class ProblemError(Exception):
+    """An error answered to the client as problem+json."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = dict(headers or {})
+        self.extra = extra
+
+
+def problem(
+    status: int,
+    code: str,
+    detail: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Response:
+    body = {
+        "type": f"https://flashcoupon.io/problems/{code.lower().replace('_', '-')}",
+        "title": code.replace("_", " ").capitalize(),
+        "status": status,
+        "code": code,
+        "detail": detail,
+        **extra,
+    }
+    return Response(
+        orjson.dumps(body), status, headers=dict(headers or {}), media_type=PROBLEM_JSON
+    )
+
+
+async def _on_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ProblemError)
+    return problem(exc.status, exc.code, exc.detail, headers=exc.headers, **exc.extra)
+
+
+async def _on_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "HTTP_ERROR")
+    return problem(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    # Deliberately absorbed: the client gets a problem document, the log gets the trace.
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem(500, "INTERNAL", "internal error; it has been logged")
+
+
+def exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    return {ProblemError: _on_problem, HTTPException: _on_http, Exception: _on_unexpected}
+
+
+async def json_body(request: Request, *, max_bytes: int = 16_384) -> dict[str, Any]:
+    """The request's JSON object body, or a 4xx ProblemError saying what is wrong."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise ProblemError(413, "PAYLOAD_TOO_LARGE", f"body larger than {max_bytes} bytes")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > max_bytes:
+            raise ProblemError(413, "PAYLOAD_TOO_LARGE", f"body larger than {max_bytes} bytes")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise ProblemError(400, "MALFORMED_JSON", "request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ProblemError(400, "MALFORMED_JSON", "request body must be a JSON object")
+    return body
+
+
+ReadyCheck = Callable[[], Awaitable[Mapping[str, bool]]]
+
+
+def health_routes(ready: ReadyCheck, registry: CollectorRegistry = REGISTRY) -> list[Route]:
+    """/healthz (the process answers), /readyz (dependencies reachable), /metrics."""
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        try:
+            checks = dict(await ready())
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready", with the reason
+            return JSONResponse({"status": "unready", "error": repr(exc)}, 503)
+        ok = all(checks.values())
+        return JSONResponse(
+            {"status": "ok" if ok else "unready", "checks": checks}, 200 if ok else 503
+        )
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import httpx
+from flashcoupon_common.http import (
+    JSONResponse,
+    ProblemError,
+    exception_handlers,
+    health_routes,
+    json_body,
+)
+from flashcoupon_common.red_metrics import REDMiddleware
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Route
+
+
+async def echo(request: Request) -> JSONResponse:
+    return JSONResponse(await json_body(request, max_bytes=64))
+
+
+async def boom(request: Request) -> JSONResponse:
+    raise RuntimeError("bug")
+
+
+async def teapot(request: Request) -> JSONResponse:
+    raise ProblemError(409, "DUPLICATE", "already issued", couponCode="X")
+
+
+async def ready() -> dict[str, bool]:
+    return {"redis": True, "kafka": False}
+
+
+def client() -> httpx.AsyncClient:
+    app = Starlette(
+        routes=[
+            Route("/echo", echo, methods=["POST"]),
+            Route("/boom", boom),
+            Route("/dup", teapot),
+            *health_routes(ready),
+        ],
+        exception_handlers=exception_handlers(),
+    )
+    app.add_middleware(REDMiddleware, service="test")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app, raise_app_exceptions=False), base_url="http://t"
+    )
+
+
+async def test_problem_json_for_domain_errors_and_framework_errors() -> None:
+    async with client() as c:
+        r = await c.get("/dup")
+        assert r.status_code == 409
+        assert r.headers["content-type"] == "application/problem+json"
+        assert r.json()["code"] == "DUPLICATE" and r.json()["couponCode"] == "X"
+        r = await c.get("/nope")
+        assert (r.status_code, r.json()["code"]) == (404, "NOT_FOUND")
+        r = await c.post("/dup")
+        assert (r.status_code, r.json()["code"]) == (405, "METHOD_NOT_ALLOWED")
+        r = await c.get("/boom")
+        assert r.status_code == 500 and "bug" not in r.text and r.json()["code"] == "INTERNAL"
+
+
+async def test_json_body_rejects_bad_input_with_4xx() -> None:
+    async with client() as c:
+        assert (await c.post("/echo", content=b"{bad")).json()["code"] == "MALFORMED_JSON"
+        assert (await c.post("/echo", content=b"[1]")).status_code == 400
+        assert (await c.post("/echo", content=b'{"a":"' + b"x" * 100 + b'"}')).status_code == 413
+        assert (await c.post("/echo", json={"a": 1})).json() == {"a": 1}
+
+
+async def test_readyz_reports_each_dependency_and_metrics_count_routes() -> None:
+    async with client() as c:
+        r = await c.get("/readyz")
+        assert r.status_code == 503 and r.json()["checks"] == {"redis": True, "kafka": False}
+        assert (await c.get("/healthz")).status_code == 200
+        text = (await c.get("/metrics")).text
+        assert (
+            'flashcoupon_http_requests_total{method="GET",route="/readyz",service="test",status="503"}'
+            in text
+        )
