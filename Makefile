@@ -38,9 +38,10 @@ stack-reset: ## stop the stack and wipe its data
 migrate: ## run the MySQL schema migrations
 	$(RUN) flashcoupon-migrate upgrade
 
-lint: ## ruff lint and format check
+lint: ## ruff lint and format check, import layering contracts
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
+	$(RUN) lint-imports
 
 fmt: ## ruff format and autofix
 	$(RUN) ruff format .
