@@ -101,7 +101,13 @@ redis_start() {
     dir=$STACK_DIR/redis/$port
     mkdir -p "$dir"
     if alive "$PID_DIR/redis-$port.pid"; then continue; fi
-    port_open "$port" && die "port $port is taken by a process this stack did not start"
+    if port_open "$port"; then
+      # Another checkout's stack (or a manual start) already serves this port: use it, and
+      # leave it alone on `down`, which only stops pids recorded here.
+      redis-cli -p "$port" ping >/dev/null 2>&1 || die "port $port is taken by something that is not Redis"
+      log "redis :$port already running (not started by this checkout); reusing it"
+      continue
+    fi
     # No RDB/AOF: the local stack is disposable. Durability across node loss is what
     # replicas (and the issuer's WAIT setting) are for; that is what tests exercise.
     redis-server --port "$port" --bind 127.0.0.1 --protected-mode no \
@@ -179,7 +185,11 @@ kafka_start() {
     dir=$STACK_DIR/kafka/$id
     mkdir -p "$dir"
     if alive "$PID_DIR/kafka-$id.pid"; then continue; fi
-    port_open $((KAFKA_BASE_PORT + id - 1)) && die "port $((KAFKA_BASE_PORT + id - 1)) is taken by a process this stack did not start"
+    if port_open $((KAFKA_BASE_PORT + id - 1)); then
+      # Reused as is; the round-trip probe below tells whether it really is a working broker.
+      log "kafka :$((KAFKA_BASE_PORT + id - 1)) already running (not started by this checkout); reusing it"
+      continue
+    fi
     kafka_write_config "$id"
     if [ ! -f "$dir/data/meta.properties" ]; then
       kafka_cmd "$LOG_DIR/kafka-tool.log"
@@ -208,12 +218,18 @@ kafka_bootstrap() {
 # ---------------------------------------------------------------- mariadb
 
 mysql_root() { mariadb --socket="$MYSQL_SOCKET" -uroot "$@"; }
+mysql_tcp() { mariadb -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" "$@"; }
 
 mariadb_start() {
   local dir=$STACK_DIR/mariadb
   mkdir -p "$dir"
+  if ! alive "$PID_DIR/mariadb.pid" && port_open "$MYSQL_PORT"; then
+    mysql_tcp -e 'SELECT 1' >/dev/null 2>&1 \
+      || die "port $MYSQL_PORT is taken by something that does not accept the project login"
+    log "mariadb :$MYSQL_PORT already running (not started by this checkout); reusing it"
+    return
+  fi
   if ! alive "$PID_DIR/mariadb.pid"; then
-    port_open "$MYSQL_PORT" && die "port $MYSQL_PORT is taken by a process this stack did not start"
     if [ ! -d "$dir/data/mysql" ]; then
       log "initialising MariaDB data directory"
       mariadb-install-db --no-defaults --datadir="$dir/data" --user="$(id -un)" \
@@ -236,8 +252,7 @@ GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'127.0.0.1';
 GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'localhost';
 FLUSH PRIVILEGES;
 SQL
-  mariadb -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" -e 'SELECT 1' >/dev/null \
-    || die "mariadb login as $MYSQL_USER over TCP failed"
+  mysql_tcp -e 'SELECT 1' >/dev/null || die "mariadb login as $MYSQL_USER over TCP failed"
 }
 
 # ---------------------------------------------------------------- commands
@@ -295,15 +310,19 @@ cmd_status() {
   echo "Kafka KRaft (logs: $LOG_DIR/kafka-*.log)"
   for id in $(kafka_ids); do
     port=$((KAFKA_BASE_PORT + id - 1))
-    if alive "$PID_DIR/kafka-$id.pid" && port_open "$port"; then
-      printf '  broker %s  127.0.0.1:%s  up (pid %s)\n' "$id" "$port" "$(cat "$PID_DIR/kafka-$id.pid")"
+    if port_open "$port"; then
+      if alive "$PID_DIR/kafka-$id.pid"; then
+        printf '  broker %s  127.0.0.1:%s  up (pid %s)\n' "$id" "$port" "$(cat "$PID_DIR/kafka-$id.pid")"
+      else
+        printf '  broker %s  127.0.0.1:%s  up (not started by this checkout)\n' "$id" "$port"
+      fi
     else
       printf '  broker %s  127.0.0.1:%s  DOWN\n' "$id" "$port"
       bad=1
     fi
   done
   echo "MariaDB (log: $LOG_DIR/mariadb.log)"
-  if mariadb -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" -e 'SELECT 1' >/dev/null 2>&1; then
+  if mysql_tcp -e 'SELECT 1' >/dev/null 2>&1; then
     printf '  127.0.0.1:%s  up  database=%s user=%s\n' "$MYSQL_PORT" "$MYSQL_DATABASE" "$MYSQL_USER"
   else
     printf '  127.0.0.1:%s  DOWN\n' "$MYSQL_PORT"
