@@ -133,6 +133,11 @@ redis_cluster_ok() {
   local port
   for port in $(redis_ports); do
     redis-cli -p "$port" cluster info 2>/dev/null | tr -d '\r' | grep -q '^cluster_state:ok$' || return 1
+    # A replica that has not finished its first sync cannot take over from its master
+    # ("disconnected from master for longer than allowed"), so it is not ready yet.
+    if redis-cli -p "$port" info replication | tr -d '\r' | grep -q '^role:slave$'; then
+      redis-cli -p "$port" info replication | tr -d '\r' | grep -q '^master_link_status:up$' || return 1
+    fi
   done
 }
 

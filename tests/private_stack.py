@@ -8,6 +8,7 @@ stop/start it at will. Ports are picked from a range per test run.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -54,11 +55,17 @@ class PrivateServer:
     def stop(self) -> None:
         self._run("down", self.part)
 
-    def kill(self) -> None:
-        """SIGKILL, as a crash would: no clean shutdown."""
-        pidfile = Path(self.env["FLASHCOUPON_STACK_DIR"]) / "pids" / f"{self.part}.pid"
-        if self.part == "kafka":
-            pidfile = pidfile.with_name("kafka-1.pid")
+    def status(self) -> subprocess.CompletedProcess[str]:
+        """`scripts/stack.sh status` for this private stack (exit code 1 = unhealthy)."""
+        return subprocess.run(
+            [str(STACK), "status"], env={**os.environ, **self.env}, capture_output=True, text=True
+        )
+
+    def kill(self, port: int | None = None) -> None:
+        """SIGKILL, as a crash would: no clean shutdown. For redis, the node on `port`."""
+        pids = Path(self.env["FLASHCOUPON_STACK_DIR"]) / "pids"
+        name = {"kafka": "kafka-1", "redis": f"redis-{port}"}.get(self.part, self.part)
+        pidfile = pids / f"{name}.pid"
         os.kill(int(pidfile.read_text()), 9)
         pidfile.unlink()
 
@@ -84,3 +91,26 @@ def private_mariadb() -> tuple[PrivateServer, str]:
     return PrivateServer(
         "mariadb", env
     ), f"mysql+asyncmy://flashcoupon:flashcoupon@127.0.0.1:{port}/flashcoupon"
+
+
+def private_redis(nodes: int = 6, replicas: int = 1) -> tuple[PrivateServer, list[int]]:
+    """A stopped private Redis Cluster and its node ports; call .start().
+
+    Cluster nodes also listen on port+10000 (the cluster bus), so the base port is picked
+    below 55000 with both ranges free.
+    """
+    for _ in range(100):
+        base = random.randrange(40000, 55000 - nodes)
+        ports = list(range(base, base + nodes))
+        if all(_free(p) and _free(p + 10000) for p in ports):
+            break
+    else:
+        raise RuntimeError("no free port range for a private Redis Cluster")
+    state = tempfile.mkdtemp(prefix="fc-redis-")
+    env = {
+        "FLASHCOUPON_STACK_DIR": state,
+        "REDIS_BASE_PORT": str(base),
+        "REDIS_NODES": str(nodes),
+        "REDIS_REPLICAS": str(replicas),
+    }
+    return PrivateServer("redis", env), ports
