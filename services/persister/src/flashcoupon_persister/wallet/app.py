@@ -1,0 +1,70 @@
+"""The wallet's composition root: `create_app` builds everything, the lifespan owns the clients.
+
+An engine or producer passed in belongs to the caller (tests) and is not closed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from flashcoupon_common.db.engine import create_engine
+from flashcoupon_common.http import exception_handlers, health_routes
+from flashcoupon_common.red_metrics import REDMiddleware
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from flashcoupon_persister.wallet.http import on_redemption_error, routes
+from flashcoupon_persister.wallet.publisher import RedeemedPublisher
+from flashcoupon_persister.wallet.redemption import RedemptionError
+from flashcoupon_persister.wallet.settings import WalletSettings
+
+
+def create_app(
+    settings: WalletSettings,
+    *,
+    engine: AsyncEngine | None = None,
+    producer: AIOKafkaProducer | None = None,
+) -> Starlette:
+    clients: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        db = engine or create_engine(settings.mysql, pool_size=settings.db_pool_size)
+        publisher = RedeemedPublisher(
+            settings.kafka.bootstrap,
+            settings.redeemed_topic,
+            producer=producer,
+            max_pending=settings.publish_max_pending,
+        )
+        await publisher.start()
+        clients.update(engine=db, publisher=publisher)
+        try:
+            yield {"engine": db, "publisher": publisher, "settings": settings}
+        finally:
+            clients.clear()
+            await publisher.stop(settings.publish_drain_seconds)
+            if engine is None:
+                await db.dispose()
+
+    async def ready() -> dict[str, bool]:
+        # Only MySQL decides readiness: redemption works without Kafka (events are retried),
+        # so a Kafka outage must not take the wallet out of the load balancer.
+        db: AsyncEngine | None = clients.get("engine")
+        if db is None:
+            return {"mysql": False}
+        async with db.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        return {"mysql": True}
+
+    handlers = {**exception_handlers(), RedemptionError: on_redemption_error}
+    return Starlette(
+        routes=[*routes, *health_routes(ready)],
+        exception_handlers=handlers,
+        middleware=[Middleware(REDMiddleware, service="wallet")],
+        lifespan=lifespan,
+    )

@@ -1,0 +1,118 @@
+"""The wallet's HTTP routes: parse, call one store function, map the result.
+
+The user id comes from X-Flashcoupon-User, which only the gateway sets (it strips any copy a
+client sends); the wallet is not exposed outside the cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flashcoupon_common.http import JSONResponse, ProblemError, json_body, problem
+from flashcoupon_common.messages import CouponRedeemed
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from flashcoupon_persister.wallet import store
+from flashcoupon_persister.wallet.publisher import RedeemedPublisher
+from flashcoupon_persister.wallet.redemption import (
+    MAX_CODE,
+    MAX_USER_ID,
+    CouponNotFound,
+    CouponRow,
+    RedemptionError,
+    display_status,
+    iso_utc,
+    parse_request,
+)
+from flashcoupon_persister.wallet.settings import WalletSettings
+
+USER_HEADER = "X-Flashcoupon-User"
+EVENT_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # DNS-1123 label
+DEFAULT_LIMIT, MAX_LIMIT = 100, 500
+
+
+def user_id(request: Request) -> str:
+    user = request.headers.get(USER_HEADER, "")
+    if not user:
+        raise ProblemError(401, "UNAUTHORIZED", f"missing {USER_HEADER} (set by the gateway)")
+    if len(user) > MAX_USER_ID:
+        raise ProblemError(400, "INVALID_USER", f"user id longer than {MAX_USER_ID} characters")
+    return user
+
+
+def coupon_json(row: CouponRow) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "eventId": row.event_id,
+        "couponCode": row.code,
+        "tier": row.tier,
+        "discount": row.discount.to_json(),
+        "status": display_status(row),
+        "issuedAt": iso_utc(row.issued_at),
+        "expiresAt": iso_utc(row.expires_at),
+    }
+    if row.status == "redeemed" and row.redeemed_at is not None:
+        out.update(
+            redeemedAt=iso_utc(row.redeemed_at),
+            orderId=row.order_id,
+            discountAmount=row.discount_amount,
+        )
+    return out
+
+
+async def my_coupons(request: Request) -> Response:
+    user = user_id(request)
+    raw = request.query_params.get("limit", str(DEFAULT_LIMIT))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise ProblemError(400, "INVALID_LIMIT", f"limit must be an integer 1..{MAX_LIMIT}")
+    rows = await store.list_user_coupons(request.state.engine, user, int(raw))
+    return JSONResponse({"userId": user, "coupons": [coupon_json(r) for r in rows]})
+
+
+async def persisted(request: Request) -> Response:
+    event_id = request.path_params["eventId"]
+    if not EVENT_ID.match(event_id):
+        raise ProblemError(400, "INVALID_EVENT_ID", "eventId must be a DNS-1123 label")
+    known, count, redeemed = await store.event_counts(request.state.engine, event_id)
+    if not known:
+        raise ProblemError(404, "EVENT_NOT_FOUND", f"no event {event_id} in MySQL")
+    return JSONResponse({"eventId": event_id, "persisted": count, "redeemed": redeemed})
+
+
+async def redeem(request: Request) -> Response:
+    user = user_id(request)
+    code = request.path_params["code"]
+    settings: WalletSettings = request.state.settings
+    req = parse_request(await json_body(request, max_bytes=settings.max_body_bytes))
+    if len(code) > MAX_CODE:
+        raise CouponNotFound("no coupon has this code")
+    result, fresh = await store.redeem(request.state.engine, user, code, req)
+    if not fresh:
+        return JSONResponse(result.to_json(), headers={"Idempotent-Replayed": "true"})
+    publisher: RedeemedPublisher = request.state.publisher
+    publisher.publish(
+        CouponRedeemed(
+            event_id=result.event_id,
+            user_id=result.user_id,
+            code=result.code,
+            order_id=result.order_id,
+            order_amount=result.order_amount,
+            discount_amount=result.discount_amount,
+            redeemed_at_ms=int(result.redeemed_at.timestamp() * 1000),
+        )
+    )
+    return JSONResponse(result.to_json())
+
+
+async def on_redemption_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RedemptionError)
+    return problem(exc.status, exc.code, exc.detail)
+
+
+routes = [
+    Route("/v1/me/coupons", my_coupons, methods=["GET"]),
+    Route("/v1/events/{eventId}/persisted", persisted, methods=["GET"]),
+    Route("/v1/coupons/{code}/redeem", redeem, methods=["POST"]),
+]

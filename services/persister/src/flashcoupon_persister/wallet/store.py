@@ -1,0 +1,158 @@
+"""The wallet's MySQL queries (SQLAlchemy Core over flashcoupon_common.db.schema).
+
+Redemption needs no lock: the UPDATE's WHERE clause (owner, status='issued', not expired) is
+the decision, and InnoDB serialises concurrent UPDATEs of one row, so exactly one of them
+matches. Every read runs in a fresh connection/transaction: under REPEATABLE READ a read in
+the same transaction as an earlier SELECT would see the old snapshot, not the winner's commit.
+Times in DATETIME columns are UTC, compared with UTC_TIMESTAMP(3) so the server's time zone
+does not matter.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from flashcoupon_common.db.schema import coupon_events, user_coupons
+from flashcoupon_common.messages import Discount
+from sqlalchemy import Row, and_, case, func, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from flashcoupon_persister.wallet.redemption import (
+    CouponRow,
+    RedeemRequest,
+    Redemption,
+    TryAgain,
+    check_redeemable,
+    explain_miss,
+    plan,
+)
+
+uc = user_coupons
+_NOW = func.utc_timestamp(3)
+
+_COLUMNS = (
+    uc.c.event_id,
+    uc.c.user_id,
+    uc.c.code,
+    uc.c.tier,
+    uc.c.discount_type,
+    uc.c.amount,
+    uc.c.percent,
+    uc.c.max_amount,
+    uc.c.status,
+    uc.c.issued_at,
+    uc.c.expires_at,
+    (uc.c.expires_at <= _NOW).label("expired"),
+    uc.c.redeemed_at,
+    uc.c.order_id,
+    uc.c.order_amount,
+    uc.c.discount_amount,
+)
+
+
+def _to_row(r: Row[Any]) -> CouponRow:
+    m = r._mapping
+    return CouponRow(
+        event_id=m["event_id"],
+        user_id=m["user_id"],
+        code=m["code"],
+        tier=m["tier"],
+        discount=Discount(
+            type=m["discount_type"],
+            amount=m["amount"],
+            percent=m["percent"],
+            max_amount=m["max_amount"],
+        ),
+        status=m["status"],
+        issued_at=m["issued_at"],
+        expires_at=m["expires_at"],
+        expired=bool(m["expired"]),
+        redeemed_at=m["redeemed_at"],
+        order_id=m["order_id"],
+        order_amount=m["order_amount"],
+        discount_amount=m["discount_amount"],
+    )
+
+
+async def fetch_coupon(engine: AsyncEngine, code: str) -> CouponRow | None:
+    async with engine.connect() as conn:
+        r = (await conn.execute(select(*_COLUMNS).where(uc.c.code == code))).first()
+    return None if r is None else _to_row(r)
+
+
+async def list_user_coupons(engine: AsyncEngine, user_id: str, limit: int) -> list[CouponRow]:
+    """Newest first; served by ix_user_coupons_user (user_id, issued_at)."""
+    query = (
+        select(*_COLUMNS)
+        .where(uc.c.user_id == user_id)
+        .order_by(uc.c.issued_at.desc(), uc.c.id.desc())
+        .limit(limit)
+    )
+    async with engine.connect() as conn:
+        return [_to_row(r) for r in await conn.execute(query)]
+
+
+async def event_counts(engine: AsyncEngine, event_id: str) -> tuple[bool, int, int]:
+    """(event known, persisted rows, redeemed rows); served by ix_user_coupons_event_status."""
+    counts = select(
+        func.count(),
+        func.coalesce(func.sum(case((uc.c.status == "redeemed", 1), else_=0)), 0),
+    ).where(uc.c.event_id == event_id)
+    async with engine.connect() as conn:
+        persisted, redeemed = (await conn.execute(counts)).one()
+        known = (
+            persisted > 0
+            or (await conn.scalar(select(coupon_events.c.id).where(coupon_events.c.id == event_id)))
+            is not None
+        )
+    return known, int(persisted), int(redeemed)
+
+
+async def try_redeem(engine: AsyncEngine, r: Redemption) -> bool:
+    """The one conditional UPDATE; True when this call redeemed the coupon."""
+    stmt = (
+        update(uc)
+        .where(
+            and_(
+                uc.c.code == r.code,
+                uc.c.user_id == r.user_id,
+                uc.c.status == "issued",
+                uc.c.expires_at > _NOW,
+            )
+        )
+        .values(
+            status="redeemed",
+            order_id=r.order_id,
+            order_amount=r.order_amount,
+            discount_amount=r.discount_amount,
+            redeemed_at=r.redeemed_at.astimezone(UTC).replace(tzinfo=None),
+        )
+    )
+    async with engine.begin() as conn:
+        result = await conn.execute(stmt)
+    return result.rowcount == 1
+
+
+async def redeem(
+    engine: AsyncEngine, user_id: str, code: str, req: RedeemRequest
+) -> tuple[Redemption, bool]:
+    """Redeem or explain; returns (answer, True if this call did the redemption).
+
+    Raises a RedemptionError subclass for every refusal.
+    """
+    row = check_redeemable(await fetch_coupon(engine, code), user_id)
+    for _ in range(2):
+        if row.status == "issued" and not row.expired:
+            attempt = plan(row, req, datetime.now(UTC))
+            if await try_redeem(engine, attempt):
+                return attempt, True
+            fresh = await fetch_coupon(engine, code)
+        else:
+            fresh = row
+        replay = explain_miss(fresh, user_id, req)
+        if replay is not None:
+            return replay, False
+        assert fresh is not None  # explain_miss raised CouponNotFound otherwise
+        row = fresh
+    raise TryAgain("the coupon changed while redeeming it; retry the request")
