@@ -1,0 +1,248 @@
+"""Run the flashcoupon services as local processes: two gateways, two issuers, a relay, a
+persister and a wallet, pointed at the local stack.
+
+    uv run python -m flashcoupon_loadtest.localrun        # until Ctrl-C; prints the URLs
+
+Each service gets a free port (or base_port + n), the stack's FLASHCOUPON_* variables plus
+its own, and a log file .stack/logs/svc-<name>.log. `start()` waits for every /readyz and
+stops everything it started if one fails to come up; `stop()` (also on Ctrl-C or an
+exception through the context manager) sends SIGTERM, then SIGKILL after a grace period, to
+exactly the processes it started. The gateways round-robin over both issuers themselves
+(FLASHCOUPON_GATEWAY_ISSUER_URLS), so no local load balancer is needed in front of issuers;
+the load driver spreads its connections over both gateways.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSettings
+
+from flashcoupon_loadtest.tokens import DEMO_SECRET
+
+ROOT = Path(__file__).resolve().parents[3]
+LOG_DIR = ROOT / ".stack" / "logs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(
+    url: str, *, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll `url` until it answers 200; fail early if `proc` exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+                last = f"HTTP {r.status}"
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code}: {e.read()[:300]!r}"
+        except OSError as e:
+            last = str(e)
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready after {timeout:.0f}s ({last})")
+
+
+def stack_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The FLASHCOUPON_* variables pointing services at the stack (as `scripts/stack.sh env`)."""
+    redis = RedisSettings.from_env(env)
+    return {
+        "FLASHCOUPON_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in redis.nodes),
+        "FLASHCOUPON_KAFKA_BOOTSTRAP": KafkaSettings.from_env(env).bootstrap,
+        "FLASHCOUPON_MYSQL_URL": MysqlSettings.from_env(env).url,
+    }
+
+
+@dataclass
+class Service:
+    name: str  # e.g. gateway-1
+    command: str  # console script from the workspace
+    prefix: str  # env prefix, e.g. FLASHCOUPON_GATEWAY
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _script(name: str) -> list[str]:
+    """The workspace's console script (same venv as this interpreter)."""
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} missing: run `uv sync` (is the service installed?)")
+    return [str(path)]
+
+
+class LocalServices:
+    """The suite as processes. Use as a context manager, or call start()/stop()."""
+
+    def __init__(
+        self,
+        *,
+        gateways: int = 2,
+        issuers: int = 2,
+        relays: int = 1,
+        persisters: int = 1,
+        wallet: bool = True,
+        jwt_secret: str = DEMO_SECRET,
+        env: Mapping[str, str] | None = None,
+        per_service_env: Mapping[str, Mapping[str, str]] | None = None,
+        base_port: int | None = None,
+        log_dir: Path = LOG_DIR,
+        ready_timeout: float = 90.0,
+    ) -> None:
+        self.base_env = {**os.environ, **stack_env(env), **(env or {})}
+        self.log_dir = log_dir
+        self.ready_timeout = ready_timeout
+        extra = per_service_env or {}
+        ports = iter(range(base_port, base_port + 100)) if base_port else None
+
+        def svc(name: str, command: str, prefix: str, kind: str, **env: str) -> Service:
+            port = next(ports) if ports else free_port()
+            return Service(name, command, prefix, port, {**env, **extra.get(kind, {})})
+
+        self.issuers = [
+            svc(f"issuer-{i + 1}", "flashcoupon-issuer", "FLASHCOUPON_ISSUER", "issuer")
+            for i in range(issuers)
+        ]
+        self.wallets = (
+            [svc("wallet", "flashcoupon-wallet", "FLASHCOUPON_WALLET", "wallet")] if wallet else []
+        )
+        self.relays = [
+            svc(f"relay-{i + 1}", "flashcoupon-relay", "FLASHCOUPON_RELAY", "relay")
+            for i in range(relays)
+        ]
+        self.persisters = [
+            svc(f"persister-{i + 1}", "flashcoupon-persister", "FLASHCOUPON_PERSISTER", "persister")
+            for i in range(persisters)
+        ]
+        upstream = {
+            "FLASHCOUPON_GATEWAY_ISSUER_URLS": ",".join(s.url for s in self.issuers),
+            "FLASHCOUPON_GATEWAY_JWT_SECRET": jwt_secret,
+        }
+        if self.wallets:
+            upstream["FLASHCOUPON_GATEWAY_WALLET_URL"] = self.wallets[0].url
+        self.gateways = [
+            svc(
+                f"gateway-{i + 1}",
+                "flashcoupon-gateway",
+                "FLASHCOUPON_GATEWAY",
+                "gateway",
+                **upstream,
+            )
+            for i in range(gateways)
+        ]
+
+    @property
+    def services(self) -> list[Service]:
+        # Upstreams first, so a gateway's readiness check finds its issuers up.
+        return [*self.issuers, *self.wallets, *self.relays, *self.persisters, *self.gateways]
+
+    @property
+    def gateway_urls(self) -> list[str]:
+        return [s.url for s in self.gateways]
+
+    @property
+    def issuer_urls(self) -> list[str]:
+        return [s.url for s in self.issuers]
+
+    @property
+    def wallet_url(self) -> str | None:
+        return self.wallets[0].url if self.wallets else None
+
+    def start(self) -> LocalServices:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for s in self.services:
+                env = {
+                    **self.base_env,
+                    f"{s.prefix}_HOST": "127.0.0.1",
+                    f"{s.prefix}_PORT": str(s.port),
+                    **s.env,
+                }
+                s.log = open(self.log_dir / f"svc-{s.name}.log", "ab")  # noqa: SIM115
+                cmd = [*_script(s.command), "--host", "127.0.0.1", "--port", str(s.port)]
+                s.proc = subprocess.Popen(
+                    cmd, env=env, stdout=s.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                )
+            for s in self.services:
+                try:
+                    wait_ready(f"{s.url}/readyz", timeout=self.ready_timeout, proc=s.proc)
+                except (RuntimeError, TimeoutError) as exc:
+                    raise RuntimeError(f"{s.name} did not become ready: {exc}\n{self.tail(s)}")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def tail(self, s: Service, lines: int = 30) -> str:
+        path = self.log_dir / f"svc-{s.name}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        body = "\n".join(text.splitlines()[-lines:])
+        return f"--- last lines of {path} ---\n{body}"
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM every process we started (gateways first), SIGKILL what outlives `grace`."""
+        running = [s for s in reversed(self.services) if s.proc and s.proc.poll() is None]
+        for s in running:
+            assert s.proc is not None
+            s.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for s in running:
+            assert s.proc is not None
+            try:
+                s.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+                s.proc.wait(timeout=5)
+        for s in self.services:
+            if s.log is not None:
+                s.log.close()
+                s.log = None
+
+    def __enter__(self) -> LocalServices:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main() -> int:
+    with LocalServices() as svc:
+        for s in svc.services:
+            print(f"{s.name:<12} {s.url}  (log .stack/logs/svc-{s.name}.log)")
+        print("running; Ctrl-C stops them all")
+        try:
+            while all(s.proc and s.proc.poll() is None for s in svc.services):
+                time.sleep(1)
+            print("a service exited; stopping the rest")
+            return 1
+        except KeyboardInterrupt:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

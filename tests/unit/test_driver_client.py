@@ -1,0 +1,115 @@
+"""The driver's pieces that need no server: request bytes, response parsing, JWTs, the plan."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import jwt
+import pytest
+from flashcoupon_loadtest.driver import WorkerContext
+from flashcoupon_loadtest.http1 import Connection, Target, build_request, header_value
+from flashcoupon_loadtest.scenarios import Burst, classify
+from flashcoupon_loadtest.stats import ISSUED
+from flashcoupon_loadtest.tokens import TokenMinter
+
+
+class _Sink:
+    """Stands in for the socket's write side: the bytes are only collected."""
+
+    def __init__(self) -> None:
+        self.sent = b""
+
+    def write(self, data: bytes) -> None:
+        self.sent += data
+
+    def close(self) -> None:
+        pass
+
+
+def _conn_reading(wire: bytes) -> tuple[Connection, _Sink]:
+    conn = Connection(Target.parse("http://127.0.0.1:8080"))
+    reader = asyncio.StreamReader()
+    reader.feed_data(wire)
+    reader.feed_eof()
+    sink = _Sink()
+    conn._reader, conn._writer = reader, sink  # type: ignore[assignment]
+    return conn, sink
+
+
+def test_target_parse_and_request_bytes() -> None:
+    t = Target.parse("https://shop.example.com/api/")
+    assert (t.scheme, t.host, t.port, t.prefix) == ("https", "shop.example.com", 443, "/api")
+    raw = build_request(t, "POST", "/v1/x", {"Idempotency-Key": "k"})
+    assert raw == (
+        b"POST /api/v1/x HTTP/1.1\r\nHost: shop.example.com\r\nIdempotency-Key: k\r\n"
+        b"Content-Length: 0\r\n\r\n"
+    )
+    with pytest.raises(ValueError):
+        Target.parse("ftp://x")
+
+
+def test_header_value_is_case_insensitive() -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nRetry-After: 3\r\n\r\n"
+    assert header_value(head, b"content-length") == b"12"
+    assert header_value(head, b"retry-after") == b"3"
+    assert header_value(head, b"connection") is None
+
+
+async def test_keep_alive_answers_in_sequence_and_chunked_bodies() -> None:
+    wire = (
+        b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n{}"
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+        b"HTTP/1.1 410 Gone\r\nconnection: close\r\ncontent-length: 1\r\n\r\nx"
+    )
+    conn, sink = _conn_reading(wire)
+    assert (await conn.request(b"A"))[::2] == (201, b"{}")
+    assert (await conn.request(b"B"))[::2] == (200, b"hello world")
+    assert (await conn.request(b"C"))[::2] == (410, b"x")
+    assert sink.sent == b"AB" + b"C"
+    assert conn._writer is None  # the server said close: the next request reconnects
+
+
+def test_classify_issue_answers() -> None:
+    assert classify(201, b'{"couponCode":"AB12","tier":"big"}') == (ISSUED, "AB12")
+    assert classify(410, b'{"code":"SOLD_OUT","status":410}') == ("SOLD_OUT", "")
+    assert classify(202, b'{"ticket":"t"}') == ("QUEUED", "")
+    assert classify(502, b"<html>bad gateway</html>") == ("HTTP_502", "")
+
+
+def test_minted_tokens_verify_with_pyjwt() -> None:
+    token = TokenMinter("s3cret-s3cret-s3cret-s3cret-s3cret!", audience="flashcoupon").mint(
+        "user-7"
+    )
+    claims = jwt.decode(
+        token, "s3cret-s3cret-s3cret-s3cret-s3cret!", algorithms=["HS256"], audience="flashcoupon"
+    )
+    assert claims["sub"] == "user-7"
+    assert claims["exp"] > claims["iat"]
+    with pytest.raises(jwt.InvalidSignatureError):
+        jwt.decode(
+            token,
+            "another-secret-another-secret-another",
+            algorithms=["HS256"],
+            audience="flashcoupon",
+        )
+
+
+def test_burst_plan_shards_users_with_duplicates_and_retries() -> None:
+    burst = Burst(event_id="ev", users=10_000, dup_fraction=0.1, retry_fraction=0.05)
+    shards = [
+        list(burst.plan(WorkerContext(i, 3, (Target.parse("http://h:1"),)))) for i in range(3)
+    ]
+    users = [s.user for shard in shards for s in shard]
+    assert len(users) == len(set(users)) == 10_000  # every shopper once, in exactly one shard
+    kinds = Counter(kind for shard in shards for s in shard for kind, _ in s.presses)
+    assert kinds["first"] == 10_000
+    assert 350 < kinds["retry"] < 650
+    assert 1000 < kinds["dup"] < 2100  # 10 % press again, once or twice more
+    for s in shards[0][:200]:
+        keys = [key for kind, key in s.presses]
+        retry_keys = [key for kind, key in s.presses if kind == "retry"]
+        assert all(k == s.presses[0][1] for k in retry_keys)  # a retry re-sends the same key
+        assert len(set(keys)) == len(keys) - len(retry_keys)  # every other press has its own key
+        assert s.headers["Authorization"].startswith("Bearer ")
