@@ -14,6 +14,13 @@ EVENTS_REGISTRY = "flashcoupon:events"
 # Consumer group the outbox relays share on every event's outbox stream.
 RELAY_GROUP = "relay"
 
+# Pub/sub channels (classic PUBLISH: a cluster broadcasts them to every node). The message is
+# the event id. issue.lua publishes SOLD_OUT_CHANNEL when the last coupon goes; provisioning
+# publishes SUPPLY_CHANNEL whenever an event's config or supply changes (issuers then forget a
+# cached sold-out flag). Both names are also spelled inside the Lua scripts.
+SOLD_OUT_CHANNEL = "flashcoupon:soldout"
+SUPPLY_CHANNEL = "flashcoupon:supply"
+
 
 def event_tag(event_id: str) -> str:
     return "{ev:" + event_id + "}"
@@ -22,3 +29,28 @@ def event_tag(event_id: str) -> str:
 def outbox_key(event_id: str) -> str:
     """The event's outbox STREAM: one entry per issued coupon (fields: CouponIssued.to_outbox)."""
     return event_tag(event_id) + ":outbox"
+
+
+def config_key(event_id: str) -> str:
+    """HASH: spec JSON, window, perUserLimit, paused, secret, code prefix, tiers, version."""
+    return event_tag(event_id) + ":cfg"
+
+
+def stock_key(event_id: str) -> str:
+    """HASH: n (coupons issued = next sequence number), q (quantity), per tier cK cap, iK issued."""
+    return event_tag(event_id) + ":stock"
+
+
+def users_key(event_id: str) -> str:
+    """HASH: user id → holdings "code,tier,issuedAtMs,requestId" joined by ';'."""
+    return event_tag(event_id) + ":users"
+
+
+def issue_keys(event_id: str) -> tuple[str, str, str, str]:
+    """KEYS of issue.lua, in order."""
+    return config_key(event_id), stock_key(event_id), users_key(event_id), outbox_key(event_id)
+
+
+def event_keys(event_id: str) -> tuple[str, ...]:
+    """Every key of an event's runtime state (what delete_state removes)."""
+    return issue_keys(event_id)

@@ -1,0 +1,169 @@
+"""issue.lua and event_state against the real Redis Cluster.
+
+Covers: the script's codes and tiers equal the Python reference (coupon_math), the redis-py
+retry pitfall (same request id twice → the original coupon, never DUPLICATE), perUserLimit,
+each non-issue answer, provisioning raise/lower, outbox entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from flashcoupon_common import event_state, keys
+from flashcoupon_common.coupon_math import coupon_code, pick_tier, tier_draw
+from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.lua import ISSUE
+from flashcoupon_common.messages import CouponIssued, Discount
+
+from tests.conftest import random_name
+
+TIERS = (
+    TierSpec("big", Discount("fixed", amount=10000), 10),
+    TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
+)
+
+
+def make_spec(
+    quantity: int,
+    *,
+    per_user_limit: int = 1,
+    start: timedelta = timedelta(minutes=-1),
+    end: timedelta = timedelta(hours=1),
+    event_id: str | None = None,
+) -> EventSpec:
+    now = datetime.now(UTC)
+    return EventSpec(
+        event_id=event_id or random_name("ev"),
+        title="test drop",
+        quantity=quantity,
+        start_at=now + start,
+        end_at=now + end,
+        tiers=TIERS,
+        per_user_limit=per_user_limit,
+    )
+
+
+@pytest.fixture
+async def cleanup(redis_cluster) -> AsyncIterator[list[str]]:
+    ids: list[str] = []
+    yield ids
+    for eid in ids:
+        await event_state.delete_state(redis_cluster, eid)
+
+
+async def provisioned(redis, cleanup: list[str], spec: EventSpec) -> EventSpec:
+    await event_state.provision(redis, spec)
+    cleanup.append(spec.event_id)
+    return spec
+
+
+async def issue(redis, eid: str, user: str, rid: str, tp: str = "") -> list:
+    reply = await redis.eval(ISSUE.source, 4, *keys.issue_keys(eid), user, rid, tp)
+    return [v.decode() if isinstance(v, bytes) else v for v in reply]
+
+
+async def test_script_matches_python_reference(redis_cluster, cleanup) -> None:
+    spec = await provisioned(redis_cluster, cleanup, make_spec(200))
+    eid = spec.event_id
+    secret = (await redis_cluster.hget(keys.config_key(eid), "secret")).decode()
+    caps = [20, 180]
+    issued = [0, 0]
+    for seq in range(200):
+        reply = await issue(redis_cluster, eid, f"user-{seq}", f"r{seq}")
+        assert reply[0] == "ISSUED" and reply[1] == 199 - seq
+        k = pick_tier(tier_draw(secret, seq), [c - i for c, i in zip(caps, issued, strict=True)])
+        issued[k] += 1
+        assert reply[4] == coupon_code(secret, seq)
+        assert reply[5] == TIERS[k].name
+    assert issued == caps
+    state = await event_state.read_state(redis_cluster, eid)
+    assert state is not None
+    assert state.issued_by_tier == {"big": 20, "small": 180} == state.tier_quantities
+    assert (await issue(redis_cluster, eid, "late", "r-late"))[0] == "SOLD_OUT"
+    assert state.phase() == "SoldOut"
+
+
+async def test_same_request_id_twice_returns_the_original_coupon(redis_cluster, cleanup) -> None:
+    # What redis-py does when a reply is lost: it sends the same EVALSHA again.
+    spec = await provisioned(redis_cluster, cleanup, make_spec(5))
+    first = await issue(redis_cluster, spec.event_id, "alice", "req-1")
+    again = await issue(redis_cluster, spec.event_id, "alice", "req-1")
+    assert first[0] == again[0] == "ISSUED"
+    assert again[2] == 1  # flagged as a replay
+    assert again[4:] == first[4:]
+    other = await issue(redis_cluster, spec.event_id, "alice", "req-2")
+    assert other[0] == "DUPLICATE" and other[4] == first[4]
+    state = await event_state.read_state(redis_cluster, spec.event_id)
+    assert state is not None and state.issued == 1
+    assert await redis_cluster.xlen(keys.outbox_key(spec.event_id)) == 1
+
+
+async def test_per_user_limit_three(redis_cluster, cleanup) -> None:
+    spec = await provisioned(redis_cluster, cleanup, make_spec(10, per_user_limit=3))
+    replies = [await issue(redis_cluster, spec.event_id, "bob", f"r{i}") for i in range(5)]
+    assert [r[0] for r in replies] == ["ISSUED"] * 3 + ["DUPLICATE"] * 2
+    assert replies[3][3] == 3 and len(set(r[4] for r in replies[:3])) == 3
+    coupons = [c async for c in event_state.iter_issued(redis_cluster, spec.event_id)]
+    assert sorted(c.seq for c in coupons) == [1, 2, 3]
+
+
+async def test_each_refusal_has_its_own_answer(redis_cluster, cleanup) -> None:
+    early = await provisioned(
+        redis_cluster, cleanup, make_spec(5, start=timedelta(hours=1), end=timedelta(hours=2))
+    )
+    late = await provisioned(
+        redis_cluster, cleanup, make_spec(5, start=timedelta(hours=-2), end=timedelta(hours=-1))
+    )
+    paused = await provisioned(redis_cluster, cleanup, make_spec(5))
+    await event_state.set_paused(redis_cluster, paused.event_id, True)
+    assert (await issue(redis_cluster, early.event_id, "u", "r"))[0] == "NOT_STARTED"
+    assert (await issue(redis_cluster, late.event_id, "u", "r"))[0] == "ENDED"
+    assert (await issue(redis_cluster, paused.event_id, "u", "r"))[0] == "PAUSED"
+    assert (await issue(redis_cluster, random_name("nope"), "u", "r"))[0] == "NOT_FOUND"
+    await event_state.set_paused(redis_cluster, paused.event_id, False)
+    assert (await issue(redis_cluster, paused.event_id, "u", "r"))[0] == "ISSUED"
+    with pytest.raises(event_state.ProvisionError):
+        await event_state.set_paused(redis_cluster, random_name("nope"), True)
+
+
+async def test_outbox_entries_decode_and_carry_traceparent(redis_cluster, cleanup) -> None:
+    spec = await provisioned(redis_cluster, cleanup, make_spec(3))
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    replies = [await issue(redis_cluster, spec.event_id, f"u{i}", f"r{i}", tp) for i in range(3)]
+    entries = await redis_cluster.xrange(keys.outbox_key(spec.event_id))
+    assert len(entries) == 3
+    decoded = [CouponIssued.from_outbox(fields) for _, fields in entries]
+    assert [d.code for d in decoded] == [r[4] for r in replies]
+    assert all(fields[b"tp"] == tp.encode() for _, fields in entries)
+    held = {c.code: c async for c in event_state.iter_issued(redis_cluster, spec.event_id)}
+    assert {d.code: d for d in decoded} == held
+
+
+async def test_provision_is_idempotent_raises_and_refuses_lowering(redis_cluster, cleanup) -> None:
+    spec = await provisioned(redis_cluster, cleanup, make_spec(10))
+    calls: list[tuple[int, int]] = []
+    await event_state.provision(redis_cluster, spec, progress=lambda d, t: calls.append((d, t)))
+    assert calls[-1] == (10, 10)
+    codes = [(await issue(redis_cluster, spec.event_id, f"u{i}", "r"))[4] for i in range(10)]
+    assert (await issue(redis_cluster, spec.event_id, "x", "r"))[0] == "SOLD_OUT"
+    raised = make_spec(30, event_id=spec.event_id)
+    await event_state.provision(redis_cluster, raised)
+    codes += [(await issue(redis_cluster, spec.event_id, f"v{i}", "r"))[4] for i in range(20)]
+    assert (await issue(redis_cluster, spec.event_id, "y", "r"))[0] == "SOLD_OUT"
+    assert len(set(codes)) == 30
+    state = await event_state.read_state(redis_cluster, spec.event_id)
+    assert state is not None
+    assert state.issued_by_tier == {"big": 3, "small": 27} == state.tier_quantities
+    with pytest.raises(event_state.ProvisionError, match="below"):
+        await event_state.provision(redis_cluster, make_spec(29, event_id=spec.event_id))
+    changed = EventSpec(**{**_fields(raised), "tiers": TIERS[::-1]})
+    with pytest.raises(event_state.ProvisionError, match="tiers"):
+        await event_state.provision(redis_cluster, changed)
+    assert await event_state.read_spec(redis_cluster, spec.event_id) == raised
+    assert spec.event_id.encode() in await redis_cluster.smembers(keys.EVENTS_REGISTRY)
+
+
+def _fields(spec: EventSpec) -> dict:
+    return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
