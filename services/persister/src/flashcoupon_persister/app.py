@@ -1,0 +1,58 @@
+"""The persister's HTTP face: /healthz, /readyz, /metrics; its lifespan runs the consumer.
+
+Readiness means the database answers and the consumer holds partitions: a member without an
+assignment (more replicas than partitions) is alive but is doing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from flashcoupon_common.http import exception_handlers, health_routes
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.applications import Starlette
+
+from .consumer import PersistLoop
+from .service import running
+from .settings import PersisterSettings
+
+
+def create_app(
+    settings: PersisterSettings,
+    *,
+    engine: AsyncEngine | None = None,
+    consumer: AIOKafkaConsumer | None = None,
+    producer: AIOKafkaProducer | None = None,
+    on_fatal: Callable[[BaseException], None] | None = None,
+) -> Starlette:
+    state: dict[str, PersistLoop] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with running(
+            settings, engine=engine, consumer=consumer, producer=producer, on_fatal=on_fatal
+        ) as loop:
+            state["loop"] = loop
+            yield
+            state.pop("loop", None)
+
+    async def ready() -> Mapping[str, bool]:
+        loop = state.get("loop")
+        if loop is None:
+            return {"started": False}
+        try:
+            async with asyncio.timeout(2):
+                async with loop.writer.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+            db = True
+        except Exception:  # noqa: BLE001 - any failure means the database is not usable now
+            db = False
+        return {"database": db, "assigned": loop.assigned}
+
+    return Starlette(
+        routes=health_routes(ready), lifespan=lifespan, exception_handlers=exception_handlers()
+    )

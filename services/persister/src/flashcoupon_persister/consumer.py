@@ -1,0 +1,228 @@
+"""The consume → write → commit loop (aiokafka, manual commits).
+
+Guarantees: offsets are committed only after the batch's DB transaction committed and its dead
+letters were acknowledged, so every record is stored (or dead-lettered) at least once; the
+UNIQUE constraints turn "at least once" into one row per coupon.
+
+While a transient failure lasts, the assigned partitions are paused and the loop keeps
+polling (which returns nothing for paused partitions) between retries: the consumer stays in
+its group (max.poll.interval) and holds no more than the one batch it is retrying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
+from flashcoupon_common.messages import CouponIssued, SchemaError
+
+from . import metrics
+from .dlq import DeadLetter, DeadLetters, DeadLetterSendError
+from .settings import PersisterSettings
+from .writer import BatchWriter, TransientWriteError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Record = ConsumerRecord[bytes, bytes]
+
+
+class Stopped(Exception):
+    """Shutdown was asked for while a batch was waiting on a transient failure."""
+
+
+def backoff_delay(attempt: int, base: float, cap: float, jitter: float = 0.2) -> float:
+    """Capped exponential backoff (attempt 1 → base), with a little jitter against herds."""
+    delay = min(cap, base * (2 ** (attempt - 1)))
+    return delay * (1 - jitter * random.random())
+
+
+def decode_all(records: list[Record]) -> tuple[list[CouponIssued], list[Record], list[DeadLetter]]:
+    """Decode a batch; what cannot be decoded becomes a dead letter right away."""
+    coupons: list[CouponIssued] = []
+    origins: list[Record] = []
+    dead: list[DeadLetter] = []
+    for r in records:
+        try:
+            if r.value is None:
+                raise SchemaError("record has no value (tombstone)")
+            coupons.append(CouponIssued.decode(r.value))
+            origins.append(r)
+        except SchemaError as exc:
+            dead.append(DeadLetter(r, "schema", "SCHEMA_ERROR", str(exc)))
+    return coupons, origins, dead
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, loop: PersistLoop) -> None:
+        self.loop = loop
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        # Commit what is stored but not yet committed before another member takes over.
+        await self.loop.commit_pending(set(revoked))
+        for tp in revoked:
+            try:
+                metrics.LAG.remove(tp.topic, str(tp.partition))
+            except KeyError:
+                pass
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        logger.info("assigned %s", sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
+
+
+class PersistLoop:
+    def __init__(
+        self,
+        settings: PersisterSettings,
+        consumer: AIOKafkaConsumer,
+        writer: BatchWriter,
+        dead_letters: DeadLetters,
+    ) -> None:
+        self.settings = settings
+        self.consumer = consumer
+        self.writer = writer
+        self.dead_letters = dead_letters
+        self._stopping = asyncio.Event()
+        self._pending: dict[TopicPartition, int] = {}  # stored, not yet committed
+        self.batches_done = 0
+
+    def stop(self) -> None:
+        """Finish the current batch (if it can finish), commit, and return from run()."""
+        self._stopping.set()
+
+    @property
+    def assigned(self) -> bool:
+        return bool(self.consumer.assignment())
+
+    async def run(self) -> None:
+        self.consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
+        while not self._stopping.is_set():
+            batches = await self.consumer.getmany(
+                timeout_ms=self.settings.max_wait_ms, max_records=self.settings.max_batch
+            )
+            if batches:
+                try:
+                    await self._handle(batches)
+                except Stopped:
+                    logger.info("stopping with an unfinished batch; it will be redelivered")
+                    break
+            await self._update_lag()
+        await self.commit_pending(None)
+
+    async def _handle(self, batches: dict[TopicPartition, list[Record]]) -> None:
+        records = [r for recs in batches.values() for r in recs]
+        coupons, origins, dead = decode_all(records)
+        if coupons:
+            started = time.perf_counter()
+            result = await self._retrying("db", lambda: self.writer.write(coupons))
+            metrics.DB_WRITE_SECONDS.observe(time.perf_counter() - started)
+            metrics.BATCHES.inc()
+            metrics.BATCH_SIZE.observe(len(coupons))
+            metrics.ROWS.labels("inserted").inc(result.inserted)
+            metrics.ROWS.labels("duplicate").inc(result.duplicates)
+            dead.extend(
+                DeadLetter(origins[x.index], x.reason, x.code, x.detail) for x in result.rejected
+            )
+        if dead:
+            for d in dead:
+                logger.warning(
+                    "dead-lettering %s/%d@%d: %s %s",
+                    d.record.topic,
+                    d.record.partition,
+                    d.record.offset,
+                    d.code,
+                    d.detail,
+                )
+            await self._retrying("dlq", lambda: self.dead_letters.send_all(dead))
+            for d in dead:
+                metrics.DLQ.labels(d.reason).inc()
+            metrics.ROWS.labels("dead_lettered").inc(len(dead))
+        for tp, recs in batches.items():
+            self._pending[tp] = recs[-1].offset + 1
+        await self.commit_pending(None)
+        self.batches_done += 1
+
+    async def commit_pending(self, only: set[TopicPartition] | None) -> None:
+        """Commit stored offsets of partitions we still own (all, or those in `only`)."""
+        owned = self.consumer.assignment()
+        offsets = {
+            tp: off
+            for tp, off in self._pending.items()
+            if tp in owned and (only is None or tp in only)
+        }
+        # Offsets of partitions we no longer own are dropped: the new owner redelivers them,
+        # and the rows are already there, so the redelivery is a no-op.
+        self._pending = {tp: o for tp, o in self._pending.items() if tp in owned}
+        if not offsets:
+            return
+        try:
+            await self.consumer.commit(offsets)
+        except KafkaError as exc:
+            # CommitFailedError during a rebalance, or a coordinator blip: the records will be
+            # redelivered (harmless) unless a later commit of higher offsets succeeds first.
+            metrics.COMMIT_FAILURES.inc()
+            logger.warning("offset commit failed (%r); records may be redelivered", exc)
+            return
+        for tp, off in offsets.items():
+            if self._pending.get(tp) == off:
+                del self._pending[tp]
+
+    async def _retrying(self, what: str, attempt_fn: Callable[[], Awaitable[T]]) -> T:
+        attempt = 0
+        try:
+            while True:
+                try:
+                    return await attempt_fn()
+                except (TransientWriteError, DeadLetterSendError) as exc:
+                    attempt += 1
+                    metrics.RETRIES.labels(what).inc()
+                    s = self.settings
+                    delay = backoff_delay(attempt, s.retry_backoff_base_s, s.retry_backoff_cap_s)
+                    logger.warning(
+                        "%s failed transiently (attempt %d, retry in %.2fs): %s",
+                        what,
+                        attempt,
+                        delay,
+                        exc,
+                    )
+                    await self._idle_paused(delay)
+        finally:
+            if attempt:
+                self.consumer.resume(*self.consumer.assignment())
+                metrics.PAUSED.set(0)
+
+    async def _idle_paused(self, seconds: float) -> None:
+        """Wait with every assigned partition paused, polling so the group keeps us."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        metrics.PAUSED.set(1)
+        while True:
+            if self._stopping.is_set():
+                raise Stopped
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            # Re-pause each round: a rebalance may have handed us fresh, unpaused partitions.
+            self.consumer.pause(*self.consumer.assignment())
+            stray = await self.consumer.getmany(timeout_ms=int(min(remaining, 1.0) * 1000))
+            for tp, recs in stray.items():
+                # Never buffer beyond the batch being retried: rewind and fetch these later.
+                self.consumer.seek(tp, recs[0].offset)
+
+    async def _update_lag(self) -> None:
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            if high is None:
+                continue
+            try:
+                pos = await asyncio.wait_for(self.consumer.position(tp), 0.5)
+            except (TimeoutError, KafkaError):
+                continue
+            metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - pos))

@@ -1,0 +1,263 @@
+"""Batch writes of issued coupons into `user_coupons`, exactly once per coupon.
+
+One transaction per batch: a multi-row `INSERT … ON DUPLICATE KEY UPDATE id=id`. The UNIQUE
+constraints (event, user, seq) and (code) make a redelivered record a no-op, while other errors
+(FK, truncation, NULL) still fail loudly — which `INSERT IGNORE` would hide.
+
+The subtle part is telling a true duplicate from a conflict, since the upsert absorbs both.
+The engine is set up without CLIENT_FOUND_ROWS, so the statement's rowcount is the number of
+rows actually inserted; when it equals the batch size nothing was absorbed and we are done.
+Otherwise one indexed SELECT by code, inside the same transaction, decides per row (`judge`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from asyncmy.constants import CLIENT
+from flashcoupon_common.messages import CouponIssued
+from sqlalchemy import bindparam, event, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from .errors import ErrorKind, classify, mysql_error_code
+
+logger = logging.getLogger(__name__)
+
+Slot = tuple[str, str, int]  # (event_id, user_id, seq)
+
+COLUMNS = (
+    "event_id",
+    "user_id",
+    "seq",
+    "code",
+    "tier",
+    "discount_type",
+    "amount",
+    "percent",
+    "max_amount",
+    "issued_at",
+    "expires_at",
+    "request_id",
+)
+INSERT_SQL = (
+    f"INSERT INTO user_coupons ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join(['%s'] * len(COLUMNS))}) ON DUPLICATE KEY UPDATE id=id"
+)
+_SELECT_BY_CODE = text(
+    "SELECT code, event_id, user_id, seq FROM user_coupons WHERE code IN :codes"
+).bindparams(bindparam("codes", expanding=True))
+_EPOCH = datetime(1970, 1, 1)
+
+
+class TransientWriteError(Exception):
+    """The batch could not be written now; retry it later as a whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record that can never be stored, with why (becomes DLQ headers)."""
+
+    index: int  # position in the batch given to write()
+    reason: str  # "conflict" | "constraint" | "invalid"
+    code: str  # CODE_CONFLICT, SLOT_CONFLICT, MYSQL_<errno>, INVALID_VALUE
+    detail: str
+
+
+@dataclass(slots=True)
+class WriteResult:
+    inserted: int = 0
+    duplicates: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+
+
+def to_row(c: CouponIssued) -> tuple[Any, ...]:
+    """The INSERT parameters for one coupon; timestamps as naive UTC."""
+    d = c.discount
+    return (
+        c.event_id,
+        c.user_id,
+        c.seq,
+        c.code,
+        c.tier,
+        d.type,
+        d.amount,
+        d.percent,
+        d.max_amount,
+        _EPOCH + timedelta(milliseconds=c.issued_at_ms),
+        _EPOCH + timedelta(milliseconds=c.expires_at_ms),
+        c.request_id,
+    )
+
+
+def judge(
+    coupons: Sequence[tuple[int, CouponIssued]],
+    by_code: Mapping[str, Slot],
+    by_slot: Mapping[Slot, str] | None = None,
+) -> tuple[int, list[Rejected]]:
+    """After the upsert, which records are stored (new or true duplicates) and which conflict.
+
+    by_code is what the table holds for the batch's codes. A record whose code is held by its
+    own slot is stored. A code held by another slot is CODE_CONFLICT. A code the table does not
+    hold means the insert was absorbed by the slot key: that slot has a different code,
+    SLOT_CONFLICT (by_slot, when given, names it). Returns (stored, rejected).
+    """
+    stored = 0
+    rejected: list[Rejected] = []
+    for index, c in coupons:
+        slot: Slot = (c.event_id, c.user_id, c.seq)
+        holder = by_code.get(c.code)
+        if holder == slot:
+            stored += 1
+        elif holder is not None:
+            rejected.append(
+                Rejected(
+                    index,
+                    "conflict",
+                    "CODE_CONFLICT",
+                    f"code {c.code} is already held by event={holder[0]} user={holder[1]} "
+                    f"seq={holder[2]}",
+                )
+            )
+        else:
+            other = (by_slot or {}).get(slot)
+            rejected.append(
+                Rejected(
+                    index,
+                    "conflict",
+                    "SLOT_CONFLICT",
+                    f"slot event={c.event_id} user={c.user_id} seq={c.seq} already holds "
+                    f"code {other or '<another code>'}, not {c.code}",
+                )
+            )
+    return stored, rejected
+
+
+def _clear_found_rows(dialect: Any, conn_rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+    # SQLAlchemy's MySQL dialects force CLIENT_FOUND_ROWS; we need "affected rows" so that an
+    # absorbed duplicate counts 0 and the rowcount tells whether any row was absorbed.
+    cparams["client_flag"] = cparams.get("client_flag", 0) & ~CLIENT.FOUND_ROWS
+
+
+def _session_setup(dbapi_conn: Any, conn_rec: Any) -> None:
+    # Strict mode makes truncation an error (1406) instead of a warning, whatever the server's
+    # default; UTC so server-side NOW(3) defaults agree with the UTC timestamps we write.
+    cursor = dbapi_conn.cursor()
+    cursor.execute("SET SESSION sql_mode='STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'")
+    cursor.execute("SET SESSION time_zone='+00:00'")
+    cursor.close()
+
+
+def prepare_engine(engine: AsyncEngine) -> AsyncEngine:
+    """Install the connection setup the writer relies on; call before the first connect."""
+    sync = engine.sync_engine
+    if not event.contains(sync, "do_connect", _clear_found_rows):
+        event.listen(sync, "do_connect", _clear_found_rows)
+        event.listen(sync, "connect", _session_setup)
+    return engine
+
+
+class BatchWriter:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = prepare_engine(engine)
+
+    async def write(self, coupons: Sequence[CouponIssued]) -> WriteResult:
+        """Store a batch; raises TransientWriteError when it should be retried as a whole."""
+        result = WriteResult()
+        rows: list[tuple[int, CouponIssued, tuple[Any, ...]]] = []
+        for i, c in enumerate(coupons):
+            try:
+                rows.append((i, c, to_row(c)))
+            except (OverflowError, ValueError) as exc:
+                result.rejected.append(Rejected(i, "invalid", "INVALID_VALUE", str(exc)))
+        if not rows:
+            return result
+        try:
+            await self._write_batch(rows, result)
+        except DBAPIError as exc:
+            if classify(exc) is ErrorKind.TRANSIENT:
+                raise TransientWriteError(str(exc.orig)) from exc
+            logger.warning(
+                "batch of %d failed permanently (mysql %s); isolating row by row",
+                len(rows),
+                mysql_error_code(exc),
+            )
+            await self._write_rows(rows, result)
+        except (OSError, TimeoutError) as exc:
+            raise TransientWriteError(repr(exc)) from exc
+        return result
+
+    async def _write_batch(
+        self, rows: list[tuple[int, CouponIssued, tuple[Any, ...]]], result: WriteResult
+    ) -> None:
+        async with self.engine.begin() as conn:
+            res = await conn.exec_driver_sql(INSERT_SQL, [r for _, _, r in rows])
+            inserted = res.rowcount
+            if inserted == len(rows):
+                result.inserted += inserted
+                return
+            await self._judge(conn, [(i, c) for i, c, _ in rows], inserted, result)
+
+    async def _write_rows(
+        self, rows: list[tuple[int, CouponIssued, tuple[Any, ...]]], result: WriteResult
+    ) -> None:
+        """Slow path: one savepoint per row, so poison rows fail alone and the rest commit."""
+        try:
+            async with self.engine.begin() as conn:
+                survivors: list[tuple[int, CouponIssued]] = []
+                inserted = 0
+                for i, c, row in rows:
+                    try:
+                        async with conn.begin_nested():
+                            res = await conn.exec_driver_sql(INSERT_SQL, row)
+                    except DBAPIError as exc:
+                        if classify(exc) is ErrorKind.TRANSIENT:
+                            raise
+                        code = mysql_error_code(exc)
+                        result.rejected.append(
+                            Rejected(i, "constraint", f"MYSQL_{code}", str(exc.orig))
+                        )
+                        continue
+                    inserted += res.rowcount
+                    survivors.append((i, c))
+                if survivors:
+                    await self._judge(conn, survivors, inserted, result)
+        except DBAPIError as exc:
+            raise TransientWriteError(str(exc.orig)) from exc
+        except (OSError, TimeoutError) as exc:
+            raise TransientWriteError(repr(exc)) from exc
+
+    async def _judge(
+        self,
+        conn: AsyncConnection,
+        coupons: list[tuple[int, CouponIssued]],
+        inserted: int,
+        result: WriteResult,
+    ) -> None:
+        codes = list({c.code for _, c in coupons})
+        found = await conn.execute(_SELECT_BY_CODE, {"codes": codes})
+        by_code = {r.code: (r.event_id, r.user_id, r.seq) for r in found}
+        by_slot: dict[Slot, str] = {}
+        missing = [c for _, c in coupons if c.code not in by_code]
+        if missing:
+            # Rare path (a conflict): fetch the codes holding those slots, for the DLQ detail.
+            for c in missing:
+                row = (
+                    await conn.execute(
+                        text(
+                            "SELECT code FROM user_coupons "
+                            "WHERE event_id=:e AND user_id=:u AND seq=:s"
+                        ),
+                        {"e": c.event_id, "u": c.user_id, "s": c.seq},
+                    )
+                ).first()
+                if row is not None:
+                    by_slot[(c.event_id, c.user_id, c.seq)] = row.code
+        stored, rejected = judge(coupons, by_code, by_slot)
+        result.inserted += inserted
+        result.duplicates += stored - inserted
+        result.rejected.extend(rejected)

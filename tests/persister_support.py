@@ -1,0 +1,195 @@
+"""Helpers for the persister tests: catalog rows, records, topics, offsets, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from flashcoupon_common.db.schema import coupon_events, user_coupons
+from flashcoupon_common.messages import CouponIssued, Discount
+from flashcoupon_common.settings import KafkaSettings, MysqlSettings
+from flashcoupon_persister.settings import PersisterSettings
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from tests.conftest import random_name
+
+
+async def insert_event(engine: AsyncEngine, event_id: str, quantity: int = 100_000) -> None:
+    """The coupon_events catalog row every user_coupons row references (FK)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            coupon_events.insert().values(
+                id=event_id,
+                title=f"test {event_id}",
+                quantity=quantity,
+                per_user_limit=2,
+                start_at=datetime(2026, 1, 1),
+                end_at=datetime(2027, 1, 1),
+                valid_for_seconds=86400,
+                spec="{}",
+            )
+        )
+
+
+def coupon(
+    event_id: str, n: int, *, user: str | None = None, seq: int = 1, code: str | None = None
+) -> CouponIssued:
+    return CouponIssued(
+        event_id=event_id,
+        user_id=user or f"user-{n}",
+        seq=seq,
+        code=code or f"C{n:08d}{event_id[-6:].upper()}",
+        tier="small",
+        discount=Discount("percent", percent=5, max_amount=3000),
+        issued_at_ms=1_780_000_000_000 + n,
+        expires_at_ms=1_790_000_000_000 + n,
+        request_id=uuid.uuid4().hex,
+    )
+
+
+async def create_topic(bootstrap: str, partitions: int = 3, prefix: str = "t") -> str:
+    name = random_name(prefix)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        await admin.close()
+    return name
+
+
+async def delete_topics(bootstrap: str, *names: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics(list(names))
+    finally:
+        await admin.close()
+
+
+async def produce(
+    bootstrap: str,
+    topic: str,
+    items: Sequence[tuple[bytes | None, bytes]],
+    *,
+    partition: int | None = None,
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, value=v, key=k, partition=partition) for k, v in items
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def produce_coupons(
+    bootstrap: str, topic: str, coupons: Sequence[CouponIssued], *, partition: int | None = None
+) -> None:
+    await produce(
+        bootstrap, topic, [(c.kafka_key(), c.encode()) for c in coupons], partition=partition
+    )
+
+
+async def read_all(bootstrap: str, topic: str, expected: int, within: float = 30.0) -> list:
+    """Read a topic from the start until `expected` records arrived (or time ran out)."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    out: list = []
+    try:
+        deadline = time.monotonic() + within
+        while len(out) < expected and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for recs in batch.values():
+                out.extend(recs)
+    finally:
+        await consumer.stop()
+    return out
+
+
+async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or set()
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        return {tp.partition: off for tp, off in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], within: float, interval: float = 0.25
+) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(interval)
+    return await check()
+
+
+async def count_rows(engine: AsyncEngine, event_id: str) -> int:
+    async with engine.connect() as conn:
+        return (
+            await conn.execute(
+                select(func.count())
+                .select_from(user_coupons)
+                .where(user_coupons.c.event_id == event_id)
+            )
+        ).scalar_one()
+
+
+async def codes(engine: AsyncEngine, event_id: str) -> list[str]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            select(user_coupons.c.code).where(user_coupons.c.event_id == event_id)
+        )
+        return sorted(r.code for r in rows)
+
+
+def settings_for(
+    bootstrap: str, url: str, topic: str, dlq: str, group: str, **kw: object
+) -> PersisterSettings:
+    defaults: dict[str, object] = {
+        "max_batch": 500,
+        "max_wait_ms": 50,
+        "retry_backoff_base_s": 0.1,
+        "retry_backoff_cap_s": 1.0,
+        "db_pool_size": 2,
+    }
+    return PersisterSettings(
+        kafka=KafkaSettings(bootstrap),
+        mysql=MysqlSettings(url),
+        topic=topic,
+        dlq_topic=dlq,
+        group_id=group,
+        **{**defaults, **kw},  # type: ignore[arg-type]
+    )
+
+
+def engine_for(url: str) -> AsyncEngine:
+    return create_async_engine(url, pool_size=2)

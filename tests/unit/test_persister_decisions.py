@@ -1,0 +1,116 @@
+"""Plain decisions of the persister: duplicate vs conflict, backoff, decoding, DLQ headers."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from aiokafka.structs import ConsumerRecord
+from flashcoupon_common.messages import CouponIssued, Discount
+from flashcoupon_common.settings import KafkaSettings, MysqlSettings, SettingsError
+from flashcoupon_persister.consumer import backoff_delay, decode_all
+from flashcoupon_persister.dlq import DeadLetter, dlq_headers
+from flashcoupon_persister.settings import PersisterSettings
+from flashcoupon_persister.writer import judge, to_row
+
+A = CouponIssued(
+    event_id="ev",
+    user_id="u1",
+    seq=1,
+    code="CODE1",
+    tier="big",
+    discount=Discount("fixed", amount=1000),
+    issued_at_ms=1_780_000_000_123,
+    expires_at_ms=1_790_000_000_000,
+    request_id="r1",
+)
+
+
+def test_same_slot_same_code_is_stored() -> None:
+    stored, rejected = judge([(0, A), (1, A)], {"CODE1": ("ev", "u1", 1)})
+    assert (stored, rejected) == (2, [])
+
+
+def test_same_code_other_slot_is_a_code_conflict() -> None:
+    other = dataclasses.replace(A, user_id="u2")
+    stored, rejected = judge([(3, other)], {"CODE1": ("ev", "u1", 1)})
+    assert stored == 0
+    assert [(r.index, r.reason, r.code) for r in rejected] == [(3, "conflict", "CODE_CONFLICT")]
+    assert "user=u1" in rejected[0].detail
+
+
+def test_same_slot_other_code_is_a_slot_conflict() -> None:
+    other = dataclasses.replace(A, code="CODE2")
+    stored, rejected = judge(
+        [(0, A), (1, other)], {"CODE1": ("ev", "u1", 1)}, {("ev", "u1", 1): "CODE1"}
+    )
+    assert stored == 1
+    assert [(r.index, r.code) for r in rejected] == [(1, "SLOT_CONFLICT")]
+    assert "CODE1" in rejected[0].detail and "CODE2" in rejected[0].detail
+
+
+def test_row_timestamps_are_naive_utc_with_milliseconds() -> None:
+    row = to_row(A)
+    assert row[9].isoformat() == "2026-05-28T20:26:40.123000"
+    assert row[5:9] == ("fixed", 1000, None, None)
+
+
+def test_backoff_grows_and_is_capped() -> None:
+    delays = [backoff_delay(n, 0.2, 5.0, jitter=0.0) for n in range(1, 10)]
+    assert delays[:4] == [0.2, 0.4, 0.8, 1.6]
+    assert max(delays) == 5.0
+    assert all(0.8 * 5.0 <= backoff_delay(20, 0.2, 5.0) <= 5.0 for _ in range(50))
+
+
+def _record(offset: int, value: bytes | None, headers: tuple = ()) -> ConsumerRecord:
+    return ConsumerRecord(
+        topic="t",
+        partition=2,
+        offset=offset,
+        timestamp=1700,
+        timestamp_type=0,
+        key=b"u1",
+        value=value,
+        checksum=None,
+        serialized_key_size=2,
+        serialized_value_size=len(value or b""),
+        headers=headers,
+    )
+
+
+def test_decode_all_separates_poison() -> None:
+    wrong_version = A.encode().replace(b'"v":1', b'"v":99')
+    records = [_record(0, A.encode()), _record(1, b"{nope"), _record(2, wrong_version)]
+    records.append(_record(3, None))
+    coupons, origins, dead = decode_all(records)
+    assert coupons == [A] and [o.offset for o in origins] == [0]
+    assert [(d.record.offset, d.reason, d.code) for d in dead] == [
+        (1, "schema", "SCHEMA_ERROR"),
+        (2, "schema", "SCHEMA_ERROR"),
+        (3, "schema", "SCHEMA_ERROR"),
+    ]
+
+
+def test_dlq_headers_carry_reason_and_coordinates() -> None:
+    rec = _record(41, b"x", headers=(("traceparent", b"00-abc"),))
+    headers = dict(dlq_headers(DeadLetter(rec, "conflict", "CODE_CONFLICT", "why"), "grp"))
+    assert headers["reason"] == b"conflict"
+    assert headers["error-code"] == b"CODE_CONFLICT"
+    assert headers["original-topic"] == b"t"
+    assert headers["original-partition"] == b"2"
+    assert headers["original-offset"] == b"41"
+    assert headers["consumer-group"] == b"grp"
+    assert headers["original-header-traceparent"] == b"00-abc"
+
+
+def test_settings_from_env_and_validation() -> None:
+    s = PersisterSettings.from_env(
+        {"FLASHCOUPON_PERSISTER_MAX_BATCH": "100", "FLASHCOUPON_PERSISTER_GROUP_ID": "g"}
+    )
+    assert (s.max_batch, s.group_id, s.topic, s.port) == (100, "g", "coupon-issued", 8083)
+    with pytest.raises(SettingsError, match="FLASHCOUPON_PERSISTER_MAX_BATCH"):
+        PersisterSettings.from_env({"FLASHCOUPON_PERSISTER_MAX_BATCH": "0"})
+    with pytest.raises(SettingsError, match="DLQ_TOPIC"):
+        PersisterSettings(
+            KafkaSettings("k:1"), MysqlSettings("mysql+asyncmy://x"), dlq_topic="coupon-issued"
+        ).validate()
