@@ -38,7 +38,7 @@ class State:
     paused: bool = False
     start_at: datetime = START
     end_at: datetime = END
-    tier_issued: Mapping[str, int] = field(default_factory=dict)
+    issued_by_tier: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def remaining(self) -> int:
@@ -98,13 +98,13 @@ def test_lower_quantity_below_issued_is_rejected() -> None:
 
 
 def test_lower_quantity_to_exactly_issued_is_accepted() -> None:
-    st = State(issued=600, tier_issued={"big": 60, "small": 540})
+    st = State(issued=600, issued_by_tier={"big": 60, "small": 540})
     assert not plan(spec(quantity=600), provisioned(st), DURING).rejected
 
 
 def test_lower_quantity_that_starves_a_tier_is_rejected() -> None:
     # 700 total keeps room overall, but "big" (10 %) would get 70 while 100 are out.
-    st = State(issued=600, tier_issued={"big": 100, "small": 500})
+    st = State(issued=600, issued_by_tier={"big": 100, "small": 500})
     p = plan(spec(quantity=700), provisioned(st), DURING)
     assert p.rejection is not None and "tier 'big'" in p.rejection
 
@@ -154,10 +154,16 @@ def test_title_and_admission_changes_are_accepted_while_active() -> None:
     assert not p.rejected and p.changes == ("title: Black Friday → New title",)
 
 
-def test_deleted_name_is_not_reused() -> None:
+def test_deleted_name_with_coupons_in_mysql_is_not_reused() -> None:
     row = CatalogRow("bf", 1000, spec(), datetime(2026, 11, 1, tzinfo=UTC))
-    p = plan(spec(), Observed(catalog=row), BEFORE)
+    p = plan(spec(), Observed(catalog=row, persisted=3), BEFORE)
     assert p.rejection is not None and "use a new metadata.name" in p.rejection
+
+
+def test_deleted_name_without_coupons_is_applied_again() -> None:
+    row = CatalogRow("bf", 1000, spec(), datetime(2026, 11, 1, tzinfo=UTC))
+    p = plan(spec(), Observed(catalog=row), DURING)
+    assert p.actions == (Action.WRITE_CATALOG, Action.PROVISION)
 
 
 def test_lost_redis_state_with_persisted_coupons_is_refused() -> None:

@@ -5,7 +5,7 @@ foreign key to it, so a persister batch for an event without its row would fail.
 therefore writes the catalog before it preloads Redis.
 
 Deleting an event only marks `deleted_at`; the coupons already issued stay in MySQL as history,
-and the name is not reused (reconcile refuses to apply a deleted name again, because new coupons
+and the name is not reused while any of its coupons is in MySQL (reconcile refuses: new coupons
 would collide with the old rows' UNIQUE (event_id, user_id, seq)).
 
 MySQL DATETIME has no zone: every time is stored as naive UTC.
@@ -68,7 +68,8 @@ async def upsert_event(engine: AsyncEngine, spec: EventSpec) -> None:
         "spec": spec.to_json().decode(),
     }
     event = insert(coupon_events).values(id=spec.event_id, **values)
-    event = event.on_duplicate_key_update(**values, updated_at=func.now(3))
+    # deleted_at is cleared: reconcile re-applies a deleted name only when it had no coupons.
+    event = event.on_duplicate_key_update(**values, updated_at=func.now(3), deleted_at=None)
     per_tier = spec.tier_quantities()
     async with engine.begin() as conn:
         await conn.execute(event)

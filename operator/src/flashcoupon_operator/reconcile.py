@@ -12,7 +12,8 @@ The rules, and why:
   already in); endAt may move until the event has ended, and an ended event stays ended;
 * tiers and perUserLimit shape the runtime state, so they may change only before the start and
   while nothing was issued; that change re-preloads the event from scratch;
-* a deleted event's name is not reused: its coupons stay in MySQL under that id;
+* a deleted event's name is reused only if none of its coupons reached MySQL: they stay there
+  under that id, and new coupons would collide with them;
 * Redis state gone while MySQL holds coupons means Redis lost data: preloading again would hand
   out the same supply twice, so reconcile refuses and points at the auditor.
 """
@@ -35,13 +36,20 @@ Phase = Literal["Pending", "Preloading", "Ready", "Active", "SoldOut", "Ended", 
 class RuntimeState(Protocol):
     """What reconcile reads from the event's Redis state (event_state.EventState)."""
 
-    quantity: int
-    issued: int
-    remaining: int
-    paused: bool
-    start_at: datetime
-    end_at: datetime
-    tier_issued: Mapping[str, int]
+    @property
+    def quantity(self) -> int: ...
+    @property
+    def issued(self) -> int: ...
+    @property
+    def remaining(self) -> int: ...
+    @property
+    def paused(self) -> bool: ...
+    @property
+    def start_at(self) -> datetime: ...
+    @property
+    def end_at(self) -> datetime: ...
+    @property
+    def issued_by_tier(self) -> Mapping[str, int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +132,13 @@ def plan(
     def reject(reason: str) -> Plan:
         return Plan(event_id, changes=changes, rejection=reason)
 
-    if catalog is not None and catalog.deleted_at is not None:
+    state = observed.state
+    if catalog is not None and catalog.deleted_at is not None and observed.persisted > 0:
         return reject(
             f"event {event_id!r} was deleted at {catalog.deleted_at.isoformat()} and its "
-            "coupons are kept in MySQL under that name; use a new metadata.name"
+            f"{observed.persisted} coupons are kept in MySQL under that name; "
+            "use a new metadata.name"
         )
-    state = observed.state
     if state is None:
         if observed.persisted > 0:
             return reject(
@@ -174,7 +183,7 @@ def _refusal(
             )
     else:
         per_tier = desired.tier_quantities()
-        for tier, issued in sorted(state.tier_issued.items()):
+        for tier, issued in sorted(state.issued_by_tier.items()):
             if per_tier.get(tier, 0) < issued:
                 return (
                     f"spec.quantity: {desired.quantity:,} would give tier {tier!r} "
