@@ -1,0 +1,54 @@
+"""flashcoupon-gateway: run the gateway with uvicorn (uvloop + httptools)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+from flashcoupon_common.logsetup import configure_logging
+from flashcoupon_common.settings import SettingsError
+
+from flashcoupon_gateway.app import create_app
+from flashcoupon_gateway.settings import GatewaySettings
+
+
+def factory() -> object:
+    """App factory for uvicorn's --workers mode (each worker builds its own app)."""
+    configure_logging("gateway")
+    return create_app(GatewaySettings.from_env())
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="flashcoupon-gateway")
+    parser.add_argument("--host", default=None)
+    parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args(argv)
+    configure_logging("gateway")
+    try:
+        settings = GatewaySettings.from_env()
+    except SettingsError as exc:
+        raise SystemExit(f"flashcoupon-gateway: {exc}") from None
+    host = args.host or settings.host
+    port = args.port or settings.port
+    common = {
+        "host": host,
+        "port": port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "access_log": False,
+        "log_config": None,
+        "timeout_keep_alive": 30,
+    }
+    if args.workers > 1:
+        os.environ["FLASHCOUPON_GATEWAY_PORT"] = str(port)
+        uvicorn.run(
+            "flashcoupon_gateway.__main__:factory", factory=True, workers=args.workers, **common
+        )
+    else:
+        uvicorn.run(create_app(settings), **common)
+
+
+if __name__ == "__main__":
+    main()

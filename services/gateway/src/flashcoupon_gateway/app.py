@@ -1,0 +1,102 @@
+"""The gateway's composition root: create_app(settings, *, redis=None, http_client=None)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
+from flashcoupon_common.red_metrics import REDMiddleware
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from redis.asyncio.cluster import RedisCluster
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from flashcoupon_gateway.admission import SpecCache
+from flashcoupon_gateway.auth import Authenticator, JWKSCache
+from flashcoupon_gateway.openapi import OPENAPI
+from flashcoupon_gateway.ratelimit import RateLimiter
+from flashcoupon_gateway.routes import ROUTES
+from flashcoupon_gateway.scripts import ScriptRunner
+from flashcoupon_gateway.service import Gateway
+from flashcoupon_gateway.settings import GatewaySettings
+from flashcoupon_gateway.upstream import Forwarder
+from flashcoupon_gateway.waiting_room import WaitingRoom
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(OPENAPI)
+
+
+def create_app(
+    settings: GatewaySettings,
+    *,
+    redis: RedisCluster | None = None,
+    http_client: httpx.AsyncClient | None = None,
+) -> Starlette:
+    state: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[Mapping[str, Any]]:
+        own_redis = redis is None
+        client = redis if redis is not None else create_redis_cluster(settings.redis)
+        await client.initialize()
+        own_http = http_client is None
+        http = http_client or httpx.AsyncClient(
+            limits=httpx.Limits(
+                max_connections=settings.upstream_connections,
+                max_keepalive_connections=settings.upstream_connections,
+                keepalive_expiry=4.0,  # below uvicorn's 5 s keep-alive, so we close first
+            ),
+            timeout=settings.upstream_timeout_seconds,
+        )
+        runner = ScriptRunner(client)
+        jwks = (
+            JWKSCache(settings.auth.jwks_url, settings.auth.jwks_ttl_seconds, http)
+            if settings.auth.jwks_url
+            else None
+        )
+        room = WaitingRoom(
+            runner, settings.ticket_secret, ticket_ttl_seconds=settings.ticket_ttl_seconds
+        )
+        gateway = Gateway(
+            settings=settings,
+            auth=Authenticator(settings.auth, jwks=jwks),
+            limiter=RateLimiter(runner, event_shards=settings.limits.event_shards),
+            room=room,
+            specs=SpecCache(client, settings.spec_cache_seconds),
+            upstream=Forwarder(
+                settings.issuer_urls,
+                settings.wallet_url,
+                client=http,
+                timeout_seconds=settings.upstream_timeout_seconds,
+                failure_threshold=settings.breaker_failures,
+                open_seconds=settings.breaker_open_seconds,
+            ),
+        )
+        state["redis"] = client
+        room.start()
+        try:
+            yield {"gateway": gateway}
+        finally:
+            await room.stop()
+            await runner.aclose()
+            if own_http:
+                await http.aclose()
+            if own_redis:
+                await client.aclose()
+
+    async def ready() -> dict[str, bool]:
+        return {"redis": bool(await state["redis"].ping())}
+
+    return Starlette(
+        routes=[*ROUTES, Route("/openapi.json", openapi, methods=["GET"]), *health_routes(ready)],
+        exception_handlers=exception_handlers(),
+        middleware=[Middleware(REDMiddleware, service="gateway")],
+        lifespan=lifespan,
+    )

@@ -1,0 +1,82 @@
+"""GCRA (generic cell rate algorithm) maths, as plain functions; lua/ratelimit.lua mirrors them.
+
+GCRA keeps one number per key, the theoretical arrival time (TAT): when the bucket would be
+empty again if every admitted request had arrived exactly on the emission interval
+T = 1/rate. A request at `now` is allowed when TAT' = max(TAT, now) + T·cost stays within
+`burst`·T of now. Same admissions as a token bucket of size `burst` refilled at `rate`, but
+with one integer of state, no refill bookkeeping and an exact Retry-After. Times are integer
+microseconds of the Redis server's clock, so replicas never disagree about "now".
+
+The deny-until cache is the per-process pre-limit: when Redis rejects a key with a
+retry-after, nobody (on any replica) can make that key conform before then — a rejection does
+not move TAT and other admissions only push it later — so answering 429 locally until then is
+exact, and a flooding client costs Redis one call per retry window instead of one per request.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+MICROS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    per_second: float
+    burst: int
+
+    @property
+    def interval_us(self) -> int:
+        """The emission interval T in microseconds (at least 1)."""
+        return max(1, round(MICROS / self.per_second))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    new_tat: int | None  # the TAT to store (None: unchanged, the request was rejected)
+    retry_after_us: int  # 0 when allowed
+    remaining: int  # requests still allowed right now
+    reset_us: int  # until the bucket is full again
+
+
+def decide(tat: int | None, now: int, limit: Limit, cost: int = 1) -> Decision:
+    t = limit.interval_us
+    tolerance = t * limit.burst
+    base = now if tat is None or tat < now else tat
+    new_tat = base + t * cost
+    diff = new_tat - now
+    if diff > tolerance:
+        return Decision(False, None, diff - tolerance, 0, base - now)
+    return Decision(True, new_tat, 0, (tolerance - diff) // t, diff)
+
+
+def retry_after_seconds(retry_after_us: int) -> int:
+    """Retry-After is whole seconds (RFC 9110); round up so a client never retries too early."""
+    return max(1, math.ceil(retry_after_us / MICROS))
+
+
+class DenyCache:
+    """Keys Redis rejected, with the local monotonic time until which they stay rejected."""
+
+    def __init__(self, max_keys: int = 100_000) -> None:
+        self._until: dict[str, float] = {}
+        self._max = max_keys
+
+    def blocked_for(self, key: str, now: float | None = None) -> float:
+        """Seconds the key stays rejected (0.0: ask Redis)."""
+        until = self._until.get(key)
+        if until is None:
+            return 0.0
+        left = until - (time.monotonic() if now is None else now)
+        if left <= 0:
+            del self._until[key]
+            return 0.0
+        return left
+
+    def block(self, key: str, seconds: float, now: float | None = None) -> None:
+        if len(self._until) >= self._max:
+            self._until.clear()  # bounded memory; the cost is a few extra Redis calls
+        self._until[key] = (time.monotonic() if now is None else now) + seconds

@@ -1,0 +1,36 @@
+"""The gateway's Prometheus metrics (RED per route comes from flashcoupon_common.red_metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RATE_LIMITED = Counter(
+    "flashcoupon_gateway_rate_limited_total",
+    "Requests answered 429, by scope (ip, user, event) and where decided (local, redis)",
+    ["scope", "where"],
+)
+QUEUE_LENGTH = Gauge(
+    "flashcoupon_gateway_queue_length",
+    "Shoppers waiting in an event's waiting room (tickets not yet admitted)",
+    ["event"],
+)
+QUEUED = Counter(
+    "flashcoupon_gateway_queued_total", "Issue requests answered 202 QUEUED", ["event"]
+)
+BREAKER_STATE = Gauge(
+    "flashcoupon_gateway_breaker_state",
+    "Circuit breaker per issuer upstream: 0 closed, 1 half-open, 2 open",
+    ["upstream"],
+)
+SHED = Counter(
+    "flashcoupon_gateway_shed_total",
+    "Requests answered 503 without reaching an upstream, by reason",
+    ["reason"],
+)
+UPSTREAM_DURATION = Histogram(
+    "flashcoupon_gateway_upstream_duration_seconds",
+    "Upstream call latency by upstream kind and outcome",
+    ["upstream", "outcome"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+IN_FLIGHT = Gauge("flashcoupon_gateway_in_flight", "Requests being handled by this process")

@@ -1,0 +1,194 @@
+"""HTTP routes of the public API (the DESIGN.md HTTP contract); thin: parse, call, answer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import orjson
+from flashcoupon_common.http import JSONResponse, ProblemError, json_body
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from flashcoupon_gateway.ratelimit import rate_headers
+from flashcoupon_gateway.service import (
+    Gateway,
+    checked_code,
+    checked_event_id,
+    upstream_headers,
+)
+from flashcoupon_gateway.upstream import Answer
+from flashcoupon_gateway.waiting_room import TicketState
+
+_STATE_NAMES = {
+    TicketState.QUEUED: "queued",
+    TicketState.READY: "admitted",
+    TicketState.ADMITTED: "admitted",
+    TicketState.GONE: "gone",
+}
+_event_cache: dict[str, tuple[float, Answer]] = {}
+
+
+def gw(request: Request) -> Gateway:
+    return request.state.gateway  # type: ignore[no-any-return]
+
+
+def relay(answer: Answer, extra: dict[str, str] | None = None) -> Response:
+    return Response(answer.body, answer.status, headers={**answer.headers, **(extra or {})})
+
+
+async def optional_json_body(request: Request, max_bytes: int) -> None:
+    """Issue takes no body; one that is sent must still be small, well-formed JSON."""
+    if request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in (
+        request.headers
+    ):
+        return
+    await json_body(request, max_bytes=max_bytes)
+
+
+async def issue(request: Request) -> Response:
+    g = gw(request)
+    principal = await g.principal(request)
+    event_id = checked_event_id(request.path_params["eventId"])
+    await optional_json_body(request, g.settings.max_body_bytes)
+    headers = upstream_headers(request, principal.user_id)
+    info = await g.specs.get(event_id)
+    outcomes, queued = await g.admit_issue(request, event_id, principal.user_id, info)
+    limits = rate_headers(outcomes)
+    if queued is not None:
+        body = g.queued_body(event_id, principal.user_id, queued, info)
+        return JSONResponse(body, 202, headers={**limits, "Location": body["statusUrl"]})
+    return relay(await g.issue(event_id, headers), limits)
+
+
+async def event_state(request: Request) -> Response:
+    g = gw(request)
+    event_id = checked_event_id(request.path_params["eventId"])
+    outcomes = await g.limiter.check_all([[g.ip_check(request)]])
+    # Public state may be approximate: one upstream read per event every half second at most.
+    hit = _event_cache.get(event_id)
+    if hit is not None and time.monotonic() - hit[0] < 0.5:
+        return relay(hit[1], rate_headers(outcomes))
+    async with g.slot():
+        up = g.upstream.pick_issuer()
+        answer = await g.upstream.call(up, "GET", f"/v1/events/{event_id}", {})
+    if answer.status < 500:
+        if len(_event_cache) > 10_000:
+            _event_cache.clear()
+        _event_cache[event_id] = (time.monotonic(), answer)
+    return relay(answer, rate_headers(outcomes))
+
+
+async def my_coupons(request: Request) -> Response:
+    g = gw(request)
+    principal = await g.principal(request)
+    checks = g.client_checks(request, g.api_user_check(principal.user_id))
+    outcomes = await g.limiter.check_all([checks])
+    headers = upstream_headers(request, principal.user_id)
+    async with g.slot():
+        up = g.upstream.acquire_wallet()
+        answer = await g.upstream.call(up, "GET", "/v1/me/coupons", headers)
+    return relay(answer, rate_headers(outcomes))
+
+
+async def redeem(request: Request) -> Response:
+    g = gw(request)
+    principal = await g.principal(request)
+    code = checked_code(request.path_params["code"])
+    body = await json_body(request, max_bytes=g.settings.max_body_bytes)
+    if not isinstance(body.get("orderId"), str) or not body["orderId"]:
+        raise ProblemError(400, "BAD_REQUEST", "orderId must be a non-empty string")
+    amount = body.get("orderAmount")
+    if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
+        raise ProblemError(400, "BAD_REQUEST", "orderAmount must be a non-negative number")
+    checks = g.client_checks(request, g.api_user_check(principal.user_id))
+    outcomes = await g.limiter.check_all([checks])
+    headers = {**upstream_headers(request, principal.user_id), "Content-Type": "application/json"}
+    async with g.slot():
+        up = g.upstream.acquire_wallet()
+        answer = await g.upstream.call(
+            up, "POST", f"/v1/coupons/{code}/redeem", headers, orjson.dumps(body)
+        )
+    return relay(answer, rate_headers(outcomes))
+
+
+async def queue_status(request: Request) -> Response:
+    g = gw(request)
+    principal = await g.principal(request)
+    user = principal.user_id
+    event_id = checked_event_id(request.path_params["eventId"])
+    ticket = request.path_params["ticket"]
+    n = g.room.parse(event_id, user, ticket)
+    info = await g.specs.get(event_id)
+    if info.spec is None or not info.spec.admission.waiting_room_enabled:
+        raise ProblemError(404, "NO_WAITING_ROOM", "this event has no waiting room")
+    await g.limiter.check_all([[g.ip_check(request)]])
+    rate = float(info.spec.admission.waiting_room_admit_per_second)
+    if "text/event-stream" in request.headers.get("accept", ""):
+        stream = sse(g, request, event_id, user, n, rate, info.start_ms)
+        return StreamingResponse(
+            stream,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    answer = await g.room.status(event_id, user, n, rate, info.start_ms)
+    return JSONResponse(
+        {
+            "ticket": ticket,
+            "position": answer.position,
+            "etaSeconds": answer.eta_seconds(rate, info.start_ms),
+            "state": _STATE_NAMES[answer.state],
+        }
+    )
+
+
+def _sse(event: str, data: object) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+async def sse(
+    g: Gateway, request: Request, event_id: str, user: str, n: int, rate: float, start_ms: int
+) -> AsyncIterator[bytes]:
+    """Position/ETA until admitted, then the issue done on the shopper's behalf, then close."""
+    headers = upstream_headers(request, user)
+    last: tuple[int, int] | None = None
+    idle = 0.0
+    interval = g.settings.sse_interval_seconds
+    yield b"retry: 2000\n\n"
+    while True:
+        answer = await g.room.consume(event_id, user, n, rate, start_ms)
+        if answer.state is TicketState.ADMITTED:
+            yield _sse("admitted", {"position": 0, "etaSeconds": 0, "state": "admitted"})
+            try:
+                result = await g.issue(event_id, headers)
+                status, body = result.status, orjson.loads(result.body or b"null")
+            except ProblemError as exc:
+                status, body = exc.status, {"code": exc.code, "detail": exc.detail}
+            except orjson.JSONDecodeError:
+                status, body = 502, {"code": "BAD_UPSTREAM", "detail": "unreadable issuer answer"}
+            yield _sse("result", {"status": status, "body": body})
+            return
+        if answer.state is TicketState.GONE:
+            yield _sse("gone", {"state": "gone", "detail": "ticket used or expired"})
+            return
+        eta = answer.eta_seconds(rate, start_ms)
+        if (answer.position, eta) != last or idle >= 15:
+            last, idle = (answer.position, eta), 0.0
+            yield _sse(
+                "position", {"position": answer.position, "etaSeconds": eta, "state": "queued"}
+            )
+        # Poll faster near the front so admission is noticed promptly.
+        wait = min(interval, max(0.05, answer.position / rate / 2))
+        idle += wait
+        await asyncio.sleep(wait)
+
+
+ROUTES = [
+    Route("/v1/events/{eventId}/issue", issue, methods=["POST"]),
+    Route("/v1/events/{eventId}", event_state, methods=["GET"]),
+    Route("/v1/events/{eventId}/queue/{ticket}", queue_status, methods=["GET"]),
+    Route("/v1/me/coupons", my_coupons, methods=["GET"]),
+    Route("/v1/coupons/{code}/redeem", redeem, methods=["POST"]),
+]

@@ -1,0 +1,149 @@
+"""The gateway's request-level operations, shared by the HTTP routes and the SSE stream.
+
+`Gateway` is built once by the app's lifespan and holds every collaborator. Decisions live in
+the modules it wires together (auth, ratelimit/gcra, waiting_room, breaker); this module only
+sequences them for one request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from flashcoupon_common.event_spec import AdmissionSpec
+from flashcoupon_common.http import ProblemError
+from starlette.requests import Request
+
+from flashcoupon_gateway import gcra
+from flashcoupon_gateway.admission import EventInfo, SpecCache
+from flashcoupon_gateway.auth import Authenticator, Principal
+from flashcoupon_gateway.metrics import IN_FLIGHT, QUEUED
+from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
+from flashcoupon_gateway.settings import GatewaySettings
+from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
+from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoom
+
+USER_HEADER = "X-Flashcoupon-User"
+_EVENT_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_IDEMPOTENCY = re.compile(r"^[\x21-\x7e]{1,128}$")
+_FORWARDED = ("traceparent", "tracestate", "x-request-id")
+
+
+def checked_event_id(event_id: str) -> str:
+    if not _EVENT_ID.match(event_id):
+        raise ProblemError(404, "EVENT_NOT_FOUND", "no such event (ids are DNS-1123 labels)")
+    return event_id
+
+
+def checked_code(code: str) -> str:
+    if not _CODE.match(code):
+        raise ProblemError(404, "COUPON_NOT_FOUND", "no such coupon code")
+    return code
+
+
+def client_ip(request: Request, trusted_proxies: int) -> str:
+    """The client's address: the peer, or the entry `trusted_proxies` hops from the right."""
+    peer = request.client.host if request.client else "unknown"
+    if trusted_proxies <= 0:
+        return peer
+    hops = [h.strip() for h in request.headers.get("x-forwarded-for", "").split(",") if h.strip()]
+    return hops[-trusted_proxies] if len(hops) >= trusted_proxies else peer
+
+
+def upstream_headers(request: Request, user: str) -> dict[str, str]:
+    """Headers for an upstream call: the user id from the verified token, never the client's."""
+    headers = {USER_HEADER: user}
+    for name in _FORWARDED:
+        value = request.headers.get(name)
+        if value is not None and len(value) <= 512:
+            headers[name] = value
+    key = request.headers.get("idempotency-key")
+    if key is not None:
+        if not _IDEMPOTENCY.match(key):
+            raise ProblemError(400, "BAD_IDEMPOTENCY_KEY", "Idempotency-Key: 1-128 visible chars")
+        headers["Idempotency-Key"] = key
+    return headers
+
+
+@dataclass
+class Gateway:
+    settings: GatewaySettings
+    auth: Authenticator
+    limiter: RateLimiter
+    room: WaitingRoom
+    specs: SpecCache
+    upstream: Forwarder
+    in_flight: int = field(default=0)
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Bounded in-flight requests per process: over the bound, 503 at once."""
+        if self.in_flight >= self.settings.max_in_flight:
+            raise unavailable("the gateway is overloaded; retry shortly", 1, "in_flight")
+        self.in_flight += 1
+        IN_FLIGHT.set(self.in_flight)
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            IN_FLIGHT.set(self.in_flight)
+
+    async def principal(self, request: Request) -> Principal:
+        return await self.auth.authenticate(request.headers.get("authorization"))
+
+    def ip_check(self, request: Request) -> Check:
+        lim = self.settings.limits
+        ip = client_ip(request, lim.trusted_proxies)
+        return Check("ip", ip_key(ip), gcra.Limit(lim.ip_per_second, lim.ip_burst))
+
+    def client_checks(self, request: Request, user_check: Check) -> list[Check]:
+        return [self.ip_check(request), user_check]
+
+    def api_user_check(self, user: str) -> Check:
+        lim = self.settings.limits
+        return Check("user", user_key(user, "api"), gcra.Limit(lim.user_per_second, lim.user_burst))
+
+    async def admit_issue(
+        self, request: Request, event_id: str, user: str, info: EventInfo
+    ) -> tuple[list[Outcome], RoomAnswer | None]:
+        """Rate limits and admission for an issue request; a RoomAnswer when it was queued."""
+        adm = info.spec.admission if info.spec is not None else AdmissionSpec()
+        per_user = gcra.Limit(adm.per_user_per_second, adm.per_user_burst)
+        client = self.client_checks(
+            request, Check("user", user_key(user, "ev:" + event_id), per_user)
+        )
+        if info.spec is not None and adm.waiting_room_enabled:
+            outcomes = await self.limiter.check_all([client])
+            rate = float(adm.waiting_room_admit_per_second)
+            answer = await self.room.enter(event_id, user, rate, info.start_ms)
+            if answer.state is TicketState.QUEUED:
+                QUEUED.labels(event_id).inc()
+                return outcomes, answer
+            return outcomes, None
+        stages = [client]
+        if info.spec is not None and adm.max_per_second:
+            stages.append([self.limiter.event_check(event_id, adm.max_per_second)])
+        return await self.limiter.check_all(stages), None
+
+    async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
+        async with self.slot():
+            up = self.upstream.pick_issuer()
+            return await self.upstream.call(
+                up, "POST", f"/internal/v1/events/{event_id}/issue", headers
+            )
+
+    def queued_body(self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo) -> dict:
+        assert info.spec is not None
+        ticket = self.room.ticket(event_id, user, answer.n)
+        rate = float(info.spec.admission.waiting_room_admit_per_second)
+        return {
+            "status": "QUEUED",
+            "code": "QUEUED",
+            "ticket": ticket,
+            "position": answer.position,
+            "etaSeconds": answer.eta_seconds(rate, info.start_ms),
+            "statusUrl": f"/v1/events/{event_id}/queue/{ticket}",
+        }

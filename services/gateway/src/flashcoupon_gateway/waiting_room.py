@@ -1,0 +1,172 @@
+"""Waiting room: FIFO queue tickets per event, admitted at a steady rate across all replicas.
+
+State lives in Redis under the hash tag `{wr:<event>}` (see lua/waiting_room.lua): an arrival
+counter gives each ticket its number n, and an admission cursor `a` advances at the configured
+rate by the Redis server's clock; ticket n is admitted once n <= floor(a). Every replica reads
+the same cursor, so admission is FIFO and at the configured rate however many replicas serve
+the queue, and positions (n - floor(a)) never go backwards.
+
+A ticket string is `<n>.<expiry>.<hmac>`: signed over event, user, n and expiry, so it is bound
+to the shopper who got it and cannot be forged or moved forward; Redis additionally keeps the
+user's one live ticket, which makes a re-press return the same place and an admission single-use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import logging
+import math
+import time
+from dataclasses import dataclass
+from enum import IntEnum
+
+from flashcoupon_common.http import ProblemError
+
+from flashcoupon_gateway.metrics import QUEUE_LENGTH
+from flashcoupon_gateway.scripts import WAITING_ROOM, ScriptRunner
+
+logger = logging.getLogger(__name__)
+
+_POP_MAX = 1000
+_KEY_TTL_SECONDS = 24 * 3600
+
+
+class TicketState(IntEnum):
+    ADVANCE = 0
+    ADMITTED = 1  # enter/consume: admitted and the admission is used by this call
+    QUEUED = 2
+    READY = 3  # status: admitted, not used yet
+    GONE = 4  # used or expired
+
+
+@dataclass(frozen=True, slots=True)
+class RoomAnswer:
+    state: TicketState
+    n: int
+    position: int
+    admitted: int  # the cursor: tickets up to this number are admitted
+    arrivals: int
+    server_ms: int
+
+    def eta_seconds(self, rate: float, start_ms: int) -> int:
+        before_start = max(0.0, (start_ms - self.server_ms) / 1000)
+        return math.ceil(before_start + self.position / rate) if self.position else 0
+
+
+def room_keys(event_id: str) -> list[str]:
+    tag = "{wr:" + event_id + "}"
+    return [tag + ":seq", tag + ":cur", tag + ":q", tag + ":u", tag + ":log"]
+
+
+def _sig(secret: bytes, event_id: str, user: str, n: int, expiry: int) -> str:
+    msg = f"{event_id}\n{user}\n{n}\n{expiry}".encode()
+    digest = hmac.new(secret, msg, hashlib.sha256).digest()[:16]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def sign_ticket(secret: bytes, event_id: str, user: str, n: int, expiry: int) -> str:
+    return f"{n}.{expiry}.{_sig(secret, event_id, user, n, expiry)}"
+
+
+def parse_ticket(secret: bytes, event_id: str, user: str, ticket: str, now: float) -> int:
+    """The ticket's number; 404 TICKET_NOT_FOUND when it is not this user's valid ticket."""
+    parts = ticket.split(".")
+    if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and len(parts[2]) < 64:
+        n, expiry = int(parts[0]), int(parts[1])
+        good = hmac.compare_digest(parts[2], _sig(secret, event_id, user, n, expiry))
+        if good and expiry > now:
+            return n
+        if good:
+            raise ProblemError(410, "TICKET_EXPIRED", "this queue ticket has expired")
+    raise ProblemError(404, "TICKET_NOT_FOUND", "no such queue ticket for this user and event")
+
+
+class WaitingRoom:
+    def __init__(
+        self,
+        runner: ScriptRunner,
+        secret: str,
+        *,
+        ticket_ttl_seconds: int,
+        tick_seconds: float = 0.05,
+    ) -> None:
+        self.runner = runner
+        self.secret = secret.encode()
+        self.ticket_ttl = ticket_ttl_seconds
+        self.tick = tick_seconds
+        # Events with a queue this replica has seen: event -> (rate, start_ms).
+        self._active: dict[str, tuple[float, int]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def _call(
+        self, mode: str, event_id: str, rate: float, start_ms: int, user: str = "", n: int = 0
+    ) -> RoomAnswer:
+        raw = await self.runner.run(
+            WAITING_ROOM,
+            room_keys(event_id),
+            [
+                mode,
+                rate,
+                start_ms * 1000,
+                user,
+                n,
+                self.ticket_ttl * 1_000_000,
+                _KEY_TTL_SECONDS,
+                _POP_MAX,
+            ],
+        )
+        answer = RoomAnswer(TicketState(int(raw[0])), *(int(x) for x in raw[1:]))
+        if answer.arrivals > answer.admitted:
+            self._active[event_id] = (rate, start_ms)
+        QUEUE_LENGTH.labels(event_id).set(max(0, answer.arrivals - answer.admitted))
+        return answer
+
+    async def enter(self, event_id: str, user: str, rate: float, start_ms: int) -> RoomAnswer:
+        return await self._call("enter", event_id, rate, start_ms, user)
+
+    async def status(
+        self, event_id: str, user: str, n: int, rate: float, start_ms: int
+    ) -> RoomAnswer:
+        return await self._call("status", event_id, rate, start_ms, user, n)
+
+    async def consume(
+        self, event_id: str, user: str, n: int, rate: float, start_ms: int
+    ) -> RoomAnswer:
+        return await self._call("consume", event_id, rate, start_ms, user, n)
+
+    async def advance(self, event_id: str, rate: float, start_ms: int) -> RoomAnswer:
+        return await self._call("advance", event_id, rate, start_ms)
+
+    def ticket(self, event_id: str, user: str, n: int) -> str:
+        expiry = int(time.time()) + self.ticket_ttl
+        return sign_ticket(self.secret, event_id, user, n, expiry)
+
+    def parse(self, event_id: str, user: str, ticket: str) -> int:
+        return parse_ticket(self.secret, event_id, user, ticket, time.time())
+
+    # ---- the admission ticker: keeps the cursor and the queue gauge moving between requests
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="waiting-room-ticker")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick)
+            for event_id, (rate, start_ms) in list(self._active.items()):
+                try:
+                    answer = await self.advance(event_id, rate, start_ms)
+                except Exception as exc:  # noqa: BLE001 - keep ticking; the next tick retries
+                    logger.warning("waiting room advance for %s failed: %s", event_id, exc)
+                    continue
+                if answer.arrivals <= answer.admitted:
+                    self._active.pop(event_id, None)

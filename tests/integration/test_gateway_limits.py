@@ -1,0 +1,131 @@
+"""Rate-limit script and waiting room against the real Redis Cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from flashcoupon_gateway import gcra
+from flashcoupon_gateway.ratelimit import Check, RateLimiter, user_key
+from flashcoupon_gateway.scripts import RATELIMIT, ScriptRunner
+from flashcoupon_gateway.waiting_room import TicketState, WaitingRoom, room_keys
+
+from tests.conftest import random_name
+
+
+async def test_lua_gcra_matches_the_python_maths(redis_cluster) -> None:
+    runner = ScriptRunner(redis_cluster)
+    key = user_key(random_name("u"), "api")
+    limit = gcra.Limit(per_second=2, burst=3)
+    replies = [
+        await runner.run(RATELIMIT, [key], [limit.interval_us, limit.burst, 1]) for _ in range(4)
+    ]
+    assert [r[0] for r in replies] == [1, 1, 1, 0]
+    assert [r[2] for r in replies[:3]] == [2, 1, 0]
+    # Rejected: retry after about one emission interval (0.5 s), TAT unchanged.
+    assert 400_000 < replies[3][1] <= 500_000
+    assert 1_400_000 < replies[3][3] <= 1_500_000
+    ttl = await redis_cluster.pttl(key)
+    assert 0 < ttl <= 1_502
+    await runner.aclose()
+
+
+async def test_concurrent_decisions_admit_burst_plus_rate(redis_cluster) -> None:
+    runner = ScriptRunner(redis_cluster)
+    limiter = RateLimiter(runner, event_shards=4)
+    event = random_name("ev")
+    admitted = 0
+    start = time.monotonic()
+
+    async def hammer() -> None:
+        nonlocal admitted
+        while time.monotonic() - start < 2.0:
+            check = limiter.event_check(event, 200)
+            reply = await runner.run(RATELIMIT, [check.key], [check.limit.interval_us,
+                                                               check.limit.burst, 1])  # fmt: skip
+            admitted += int(reply[0])
+            await asyncio.sleep(0.001)
+
+    await asyncio.gather(*(hammer() for _ in range(20)))
+    elapsed = time.monotonic() - start
+    burst = 4 * limiter.event_check(event, 200).limit.burst
+    expected = 200 * elapsed + burst
+    assert abs(admitted - expected) <= 0.05 * expected, (admitted, expected)
+    await runner.aclose()
+
+
+async def test_rejections_are_remembered_locally(redis_cluster) -> None:
+    runner = ScriptRunner(redis_cluster)
+    limiter = RateLimiter(runner, event_shards=1)
+    check = Check("user", user_key(random_name("u"), "api"), gcra.Limit(1, 1))
+    await limiter.check_all([[check]])
+    for where in ("redis", "local"):
+        try:
+            await limiter.check_all([[check]])
+        except Exception as exc:
+            assert exc.status == 429 and int(exc.headers["Retry-After"]) == 1, where
+        else:
+            raise AssertionError("second request within the interval must be limited")
+    assert limiter.deny.blocked_for(check.key) > 0
+    await runner.aclose()
+
+
+async def test_waiting_room_admits_5000_in_ticket_order_at_the_rate(redis_cluster) -> None:
+    runner = ScriptRunner(redis_cluster)
+    room = WaitingRoom(runner, "k" * 32, ticket_ttl_seconds=600, tick_seconds=0.05)
+    event, rate, shoppers = random_name("ev"), 1000.0, 5000
+    start_ms = int(time.time() * 1000) + 4000  # queue opens before the event starts
+
+    async def enter(i: int):
+        return await room.enter(event, f"user-{i}", rate, start_ms)
+
+    answers = []
+    for chunk in range(0, shoppers, 500):
+        answers += await asyncio.gather(*(enter(i) for i in range(chunk, chunk + 500)))
+    assert time.time() * 1000 < start_ms, "enqueueing took too long for this test's timing"
+    assert all(a.state is TicketState.QUEUED for a in answers)
+    assert sorted(a.n for a in answers) == list(range(1, shoppers + 1))
+    assert all(a.position == a.n for a in answers)  # nobody admitted before the start
+    again = await enter(17)
+    assert again.n == answers[17].n and again.state is TicketState.QUEUED
+
+    # Watch a few tickets while the room drains: positions only ever go down.
+    watched = [answers[i] for i in (0, 999, 2500, 4999)]
+    seen: dict[int, list[int]] = {a.n: [] for a in watched}
+    room.start()
+    log_key = room_keys(event)[4]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for a in watched:
+            user = f"user-{answers.index(a)}"
+            s = await room.status(event, user, a.n, rate, start_ms)
+            seen[a.n].append(0 if s.state is TicketState.READY else s.position)
+        if await redis_cluster.llen(log_key) >= shoppers:
+            break
+        await asyncio.sleep(0.2)
+    await room.stop()
+
+    log = [e.decode().split(":") for e in await redis_cluster.lrange(log_key, 0, -1)]
+    order = [int(n) for n, _ in log]
+    assert order == list(range(1, shoppers + 1)), "admission must follow ticket order"
+    times = [int(ms) for _, ms in log]
+    assert times == sorted(times) and times[0] >= start_ms
+    # Ticket n is due at start + n/rate; the ticker pops it within a tick or two of that.
+    lateness = [t - (start_ms + n * 1000 / rate) for n, t in zip(order, times, strict=True)]
+    assert min(lateness) >= -2, min(lateness)
+    assert sorted(lateness)[int(0.99 * shoppers)] < 300, "admission lags the configured rate"
+    achieved = shoppers / ((times[-1] - start_ms) / 1000)
+    assert abs(achieved - rate) <= 0.05 * rate, achieved
+    for n, positions in seen.items():
+        assert positions == sorted(positions, reverse=True), (n, positions)
+        assert positions[-1] == 0
+
+    # An admitted ticket is single-use, and only for its owner.
+    first = answers[0]
+    wrong = await room.consume(event, "user-1", first.n, rate, start_ms)
+    assert wrong.state is TicketState.GONE
+    used = await room.consume(event, "user-0", first.n, rate, start_ms)
+    assert used.state is TicketState.ADMITTED
+    again = await room.consume(event, "user-0", first.n, rate, start_ms)
+    assert again.state is TicketState.GONE
+    await runner.aclose()

@@ -1,0 +1,101 @@
+"""GCRA maths (mirrored by lua/ratelimit.lua), the deny cache and the rate headers."""
+
+from __future__ import annotations
+
+from flashcoupon_gateway import gcra
+from flashcoupon_gateway.ratelimit import (
+    Check,
+    Outcome,
+    event_shard_key,
+    event_shard_limit,
+    rate_headers,
+    rate_limited,
+)
+
+S = gcra.MICROS
+
+
+def run(limit: gcra.Limit, times_us: list[int]) -> list[bool]:
+    tat: int | None = None
+    out = []
+    for now in times_us:
+        d = gcra.decide(tat, now, limit)
+        if d.allowed:
+            tat = d.new_tat
+        out.append(d.allowed)
+    return out
+
+
+def test_burst_then_steady_rate() -> None:
+    limit = gcra.Limit(per_second=10, burst=5)
+    # 8 requests at the same instant: exactly the burst passes.
+    assert run(limit, [0] * 8) == [True] * 5 + [False] * 3
+
+
+def test_sustained_rate_is_exact_over_a_long_window() -> None:
+    limit = gcra.Limit(per_second=100, burst=10)
+    # 1,000 requests per second for 10 s: admitted = burst + rate * duration.
+    times = [i * 1000 for i in range(10_000)]
+    assert sum(run(limit, times)) == 10 + 100 * 10 - 1 or sum(run(limit, times)) == 10 + 100 * 10
+
+
+def test_rejection_does_not_move_tat_and_retry_after_is_exact() -> None:
+    limit = gcra.Limit(per_second=2, burst=1)
+    first = gcra.decide(None, 0, limit)
+    assert first.allowed and first.new_tat == S // 2
+    second = gcra.decide(first.new_tat, 0, limit)
+    assert not second.allowed and second.new_tat is None
+    assert second.retry_after_us == S // 2
+    # At exactly the retry time the request conforms.
+    assert gcra.decide(first.new_tat, second.retry_after_us, limit).allowed
+
+
+def test_remaining_and_reset() -> None:
+    limit = gcra.Limit(per_second=10, burst=5)
+    d = gcra.decide(None, 0, limit)
+    assert d.remaining == 4 and d.reset_us == S // 10
+    for _ in range(4):
+        d = gcra.decide(d.new_tat, 0, limit)
+    assert d.remaining == 0 and d.reset_us == S // 2
+
+
+def test_idle_time_refills_up_to_the_burst_only() -> None:
+    limit = gcra.Limit(per_second=10, burst=3)
+    assert run(limit, [0, 0, 0, 100 * S, 100 * S, 100 * S, 100 * S]) == [
+        True, True, True, True, True, True, False,
+    ]  # fmt: skip
+
+
+def test_retry_after_seconds_rounds_up() -> None:
+    assert gcra.retry_after_seconds(1) == 1
+    assert gcra.retry_after_seconds(S) == 1
+    assert gcra.retry_after_seconds(S + 1) == 2
+
+
+def test_deny_cache_expires() -> None:
+    cache = gcra.DenyCache()
+    cache.block("k", 0.5, now=100.0)
+    assert cache.blocked_for("k", now=100.2) > 0.29
+    assert cache.blocked_for("k", now=100.6) == 0.0
+    assert cache.blocked_for("other", now=100.0) == 0.0
+
+
+def test_event_shards_split_the_rate_and_keep_distinct_hash_tags() -> None:
+    limit = event_shard_limit(1000, 8)
+    assert limit.per_second * 8 == 1000
+    assert limit.burst * 8 >= 100  # ~100 ms of the cap in total
+    keys = {event_shard_key("ev", i) for i in range(8)}
+    assert len(keys) == 8 and all(k.startswith("{rl:ev:ev:") for k in keys)
+
+
+def test_rate_limited_problem_and_headers() -> None:
+    check = Check("user", "{rl:u:alice}:api", gcra.Limit(2, 5))
+    exc = rate_limited(Outcome(check, False, 1_200_000, 0, 2_500_000))
+    assert exc.status == 429 and exc.code == "RATE_LIMITED"
+    assert exc.headers["Retry-After"] == "2"
+    assert exc.headers["RateLimit-Limit"] == "5"
+    assert exc.headers["RateLimit-Remaining"] == "0"
+    assert exc.headers["RateLimit-Reset"] == "3"
+    assert exc.extra["scope"] == "user"
+    ok = rate_headers([Outcome(check, True, 0, 3, 1_000_000), Outcome(check, True, 0, 1, 0)])
+    assert ok["RateLimit-Remaining"] == "1"
