@@ -1,21 +1,285 @@
-"""`make demo`: until the services exist, report the running stack and what is built so far."""
+"""`make demo`: a real coupon drop on the local stack, with the invariant report.
+
+    uv run python -m flashcoupon_loadtest.demo [--users 100000] [--coupons 10000] ...
+
+Starts the services as processes (two gateways, two issuers, a relay, a persister, a wallet),
+applies k8s/examples/demo-drop.yaml with couponctl (fresh name, startAt a few seconds ahead,
+waiting room off), fires the burst through the gateways at startAt — distinct shoppers with
+JWTs, some pressing 2–3 times, some clients retrying with the same Idempotency-Key — waits
+until MySQL holds every coupon Redis issued, then checks DESIGN.md's invariants against Redis
+and MySQL directly. Prints the report, writes JSON and PNG under loadtest/results/, exits 1
+if any invariant (or an Idempotency-Key replay) failed.
+
+With --target URL it drives a deployed ingress instead and starts nothing; the stores it
+checks are the ones FLASHCOUPON_REDIS_NODES / FLASHCOUPON_MYSQL_URL point at.
+"""
 
 from __future__ import annotations
 
-import subprocess
+import argparse
+import asyncio
+import os
+import secrets
 import sys
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parents[3]
+from flashcoupon_common.db.engine import create_engine
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSettings
+
+from flashcoupon_loadtest import driver
+from flashcoupon_loadtest.drop import (
+    DEFAULT_MANIFEST,
+    PipelineWatch,
+    couponctl_apply,
+    create_topic,
+    delete_topic,
+    demo_manifest,
+)
+from flashcoupon_loadtest.invariants import Check, all_passed, check_event
+from flashcoupon_loadtest.localrun import LocalServices, stack_env
+from flashcoupon_loadtest.report import format_report, plot, write_json
+from flashcoupon_loadtest.scenarios import Burst
+from flashcoupon_loadtest.stats import ISSUED, retry_mismatches, summarize
+from flashcoupon_loadtest.tokens import DEFAULT_AUDIENCE, DEMO_SECRET
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+DECISIONS = {ISSUED, "DUPLICATE", "SOLD_OUT"}  # answers the issuer decided (not 429/5xx/errors)
 
 
-def main() -> int:
-    print("flashcoupon demo: the local stack is up (make stack-up ran before this).")
-    status = subprocess.run([str(ROOT / "scripts" / "stack.sh"), "status"], check=False)
-    print("\nBuilt so far: the local stack, the shared library (settings, message schema, MySQL")
-    print("schema + migrations). The coupon drop itself arrives with the issuer, gateway and")
-    print("persister issues; see docs/ and `make help`.")
-    return status.returncode
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m flashcoupon_loadtest.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--users", type=int, default=100_000, help="distinct shoppers (100,000)")
+    ap.add_argument("--coupons", type=int, default=10_000, help="the event's quantity (10,000)")
+    ap.add_argument("--concurrency", type=int, default=128, help="open connections (128)")
+    ap.add_argument(
+        "--duration",
+        type=float,
+        default=0.0,
+        help="spread first presses over this many seconds (0: as fast as possible)",
+    )
+    ap.add_argument("--processes", type=int, default=1, help="driver worker processes (1)")
+    ap.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        help="gateway/ingress URL to drive; repeatable; then no local services",
+    )
+    ap.add_argument(
+        "--jwt-secret", default=os.environ.get("FLASHCOUPON_GATEWAY_JWT_SECRET", DEMO_SECRET)
+    )
+    ap.add_argument("--jwt-audience", default=DEFAULT_AUDIENCE)
+    ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
+    ap.add_argument("--lead", type=float, default=4.0, help="seconds from apply to startAt")
+    ap.add_argument("--dup-fraction", type=float, default=0.10)
+    ap.add_argument("--retry-fraction", type=float, default=0.05)
+    ap.add_argument("--drain-timeout", type=float, default=180.0)
+    ap.add_argument("--keep-services", action="store_true", help="leave services running")
+    ap.add_argument(
+        "--cleanup",
+        action="store_true",
+        help="delete the event's Redis state afterwards (MySQL rows stay)",
+    )
+    ap.add_argument("--results-dir", type=Path, default=RESULTS)
+    ap.add_argument("--mysql-url", help="check this database (default FLASHCOUPON_MYSQL_URL)")
+    return ap.parse_args(argv)
+
+
+def _progress(watch: PipelineWatch, quantity: int) -> driver.Progress:
+    tty = sys.stdout.isatty()
+    last = [0, 0.0]
+
+    def show(answers: int, issued: int, seconds: float) -> None:
+        rate = (answers - last[0]) / max(1e-6, seconds - last[1])
+        last[0], last[1] = answers, seconds
+        persisted = watch.last[2]
+        line = (
+            f"  [{seconds:6.1f}s] answers {answers:>9,} ({rate:>7,.0f}/s)  issued "
+            f"{issued:>7,}/{quantity:,}  persisted {persisted:>7,}"
+        )
+        print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
+
+    return show
+
+
+async def run(args: argparse.Namespace) -> int:
+    t_begin = time.time()
+    stamp = datetime.now(UTC).strftime("%H%M%S")
+    event_id = f"demo-{stamp}-{secrets.token_hex(3)}"
+    env = {**os.environ, **stack_env()}
+    if args.mysql_url:
+        env["FLASHCOUPON_MYSQL_URL"] = args.mysql_url
+    topic = f"{event_id}-issued"
+    kafka = KafkaSettings.from_env(env)
+    redis = create_redis_cluster(RedisSettings.from_env(env))
+    engine = create_engine(MysqlSettings.from_env(env), pool_size=2)
+    services: LocalServices | None = None
+    try:
+        if not args.target:
+            await create_topic(kafka.bootstrap, topic)
+            services = LocalServices(
+                jwt_secret=args.jwt_secret,
+                env={"FLASHCOUPON_MYSQL_URL": env["FLASHCOUPON_MYSQL_URL"]},
+                per_service_env={
+                    "relay": {
+                        "FLASHCOUPON_RELAY_EVENTS": event_id,
+                        "FLASHCOUPON_RELAY_TOPIC": topic,
+                    },
+                    "persister": {
+                        "FLASHCOUPON_PERSISTER_TOPIC": topic,
+                        "FLASHCOUPON_PERSISTER_GROUP_ID": f"{event_id}-persister",
+                    },
+                },
+            )
+            print(f"starting services (logs in {services.log_dir}) ...", flush=True)
+            t0 = time.time()
+            await asyncio.to_thread(services.start)
+            print(
+                f"  {len(services.services)} services ready in {time.time() - t0:.1f}s: "
+                + ", ".join(f"{s.name} :{s.port}" for s in services.services)
+            )
+        targets = args.target or (services.gateway_urls if services else [])
+        start_at = datetime.now(UTC) + timedelta(seconds=args.lead)
+        doc = demo_manifest(args.manifest, name=event_id, quantity=args.coupons, start_at=start_at)
+        when = start_at.strftime("%H:%M:%S.%f")[:-3]
+        print(f"couponctl apply -f {args.manifest.name} as {event_id}, startAt {when} UTC")
+        print(
+            "  " + couponctl_apply(doc, args.results_dir / "manifests", env).replace("\n", "\n  ")
+        )
+        return await _drop(args, event_id, start_at, targets, redis, engine, t_begin)
+    finally:
+        if services is not None and not args.keep_services:
+            await asyncio.to_thread(services.stop)
+        if services is not None and args.keep_services:
+            print("services left running: " + ", ".join(s.url for s in services.services))
+        if not args.target and not args.keep_services:
+            await delete_topic(kafka.bootstrap, topic)
+        await redis.aclose()
+        await engine.dispose()
+
+
+async def _drop(
+    args: argparse.Namespace,
+    event_id: str,
+    start_at: datetime,
+    targets: list[str],
+    redis: Any,
+    engine: Any,
+    t_begin: float,
+) -> int:
+    burst = Burst(
+        event_id=event_id,
+        users=args.users,
+        concurrency=args.concurrency,
+        jwt_secret=args.jwt_secret,
+        jwt_audience=args.jwt_audience,
+        dup_fraction=args.dup_fraction,
+        retry_fraction=args.retry_fraction,
+        pace_seconds=args.duration,
+        forwarded_for=True,
+    )
+    watch = PipelineWatch(redis, engine, event_id)
+    watch.start()
+    print(
+        f"burst: {args.users:,} shoppers, concurrency {args.concurrency}, "
+        f"{args.processes} driver process(es) -> {', '.join(targets)}"
+    )
+    # A 50 ms margin: a press that reaches Redis before startAt is (rightly) NOT_STARTED.
+    result = await asyncio.to_thread(
+        driver.run,
+        burst,
+        targets,
+        processes=args.processes,
+        start_at=start_at.timestamp() + 0.05,
+        progress=_progress(watch, args.coupons),
+    )
+    if sys.stdout.isatty():
+        print()
+    records = result.records
+    burst_end = max(r.t_end for r in records)
+    await watch.stop()
+    print(
+        f"waiting for the pipeline to drain (MySQL rows = Redis issued, "
+        f"up to {args.drain_timeout:.0f}s) ...",
+        flush=True,
+    )
+    drained_at = await watch.wait_drained(args.drain_timeout)
+    _, redis_issued, persisted = watch.last
+    answers = [(r.user, r.coupon) for r in records if r.code == ISSUED]
+    demand = len({r.user for r in records if r.code in DECISIONS})
+    checks = await check_event(redis, engine, event_id, demand=demand, answers=answers)
+    mismatches = retry_mismatches(records)
+    checks.append(
+        Check(
+            6,
+            "Idempotency-Key replays get their original answer",
+            not mismatches,
+            f"{sum(1 for r in records if r.kind == 'retry'):,} replays, "
+            f"{len(mismatches)} contradicted the first answer",
+            [str(m) for m in mismatches[:5]],
+        )
+    )
+    if args.cleanup:
+        from flashcoupon_common.event_state import delete_state
+
+        await delete_state(redis, event_id)
+    passed = all_passed(checks)
+    summary = summarize(records, quantity=args.coupons)
+    report = {
+        "event_id": event_id,
+        "started": datetime.fromtimestamp(t_begin, UTC).isoformat(),
+        "users": args.users,
+        "coupons": args.coupons,
+        "concurrency": args.concurrency,
+        "processes": args.processes,
+        "targets": targets,
+        "summary": summary,
+        "burst_seconds": burst_end - min(r.t_start for r in records),
+        "drain_seconds": None if drained_at is None else max(0.0, drained_at - burst_end),
+        "redis_issued": redis_issued,
+        "persisted": persisted,
+        "driver_cpu_seconds": result.cpu_seconds,
+        "wall_seconds": time.time() - t_begin,
+        "invariants": [c.to_json() for c in checks],
+        "passed": passed,
+        "pipeline": watch.samples,
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+    print(format_report(report, checks))
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    json_path, png_path = args.results_dir / "demo.json", args.results_dir / "demo.png"
+    write_json(json_path, report)
+    plot(
+        png_path,
+        records,
+        watch.samples,
+        go_at=result.go_at,
+        title=f"{event_id}: {args.users:,} shoppers, {args.coupons:,} coupons",
+    )
+    print(f"report {json_path}\nplot   {png_path}")
+    return 0 if passed else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        return asyncio.run(run(args))
+    except KeyboardInterrupt:
+        print("\ninterrupted; services stopped")
+        return 130
 
 
 if __name__ == "__main__":

@@ -142,6 +142,9 @@ class LocalServices:
         upstream = {
             "FLASHCOUPON_GATEWAY_ISSUER_URLS": ",".join(s.url for s in self.issuers),
             "FLASHCOUPON_GATEWAY_JWT_SECRET": jwt_secret,
+            # The load driver plays the ingress: it sends each shopper's address in
+            # X-Forwarded-For, so per-IP limits apply per shopper, not to 127.0.0.1.
+            "FLASHCOUPON_GATEWAY_TRUSTED_PROXIES": "1",
         }
         if self.wallets:
             upstream["FLASHCOUPON_GATEWAY_WALLET_URL"] = self.wallets[0].url

@@ -31,6 +31,7 @@ USER_HEADER = "X-Flashcoupon-User"  # issuer-direct mode only; the gateway sets 
 
 @dataclass(frozen=True, slots=True)
 class Shopper:
+    index: int
     user: str
     headers: dict[str, str]  # auth (Bearer or user header) and optional X-Forwarded-For
     presses: tuple[tuple[str, str], ...]  # (kind, Idempotency-Key)
@@ -116,6 +117,9 @@ class Burst(IssueScenario):
     dup_fraction: float = 0.10
     retry_fraction: float = 0.05
     seed: int = 1
+    # 0: as fast as the connections allow. Otherwise first presses are spread evenly over
+    # this many seconds (open loop: a press that goes out late counts its lateness).
+    pace_seconds: float = 0.0
     name: str = "burst"
 
     def __post_init__(self) -> None:
@@ -133,7 +137,7 @@ class Burst(IssueScenario):
                 presses.append(("retry", f"{user}-k0"))
             if rng.random() < self.dup_fraction:
                 presses.extend(("dup", f"{user}-k{n}") for n in range(1, rng.choice((2, 3))))
-            yield Shopper(user, self.shopper_headers(minter, i, user), tuple(presses))
+            yield Shopper(i, user, self.shopper_headers(minter, i, user), tuple(presses))
 
     def connections_for(self, ctx: WorkerContext) -> int:
         share, extra = divmod(self.concurrency, ctx.count)
@@ -147,13 +151,17 @@ class Burst(IssueScenario):
     async def fire(self, ctx: WorkerContext) -> list[Record]:
         out: list[Record] = []
         queue = iter(self._shoppers)  # shared by the clients: next() never awaits
+        t_go = time.time()
+        step = self.pace_seconds / self.users if self.users else 0.0
 
         async def client(conn: Connection) -> None:
             for shopper in queue:
-                for kind, key in shopper.presses:
-                    rec = await self.press(
-                        conn, shopper.headers, shopper.user, kind, key, time.time()
-                    )
+                due = t_go + (shopper.index - self.first_user) * step
+                if step and due > time.time():
+                    await asyncio.sleep(due - time.time())
+                for n, (kind, key) in enumerate(shopper.presses):
+                    start = due if step and n == 0 else time.time()
+                    rec = await self.press(conn, shopper.headers, shopper.user, kind, key, start)
                     out.append(rec)
                     ctx.tick(1, rec.code == ISSUED and kind != "retry")
 

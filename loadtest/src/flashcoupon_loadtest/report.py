@@ -1,0 +1,118 @@
+"""A load run's report: the text printed at the end, the JSON file and the PNG plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from flashcoupon_loadtest.invariants import Check, format_checks
+from flashcoupon_loadtest.stats import Record, time_series
+
+
+def _ms(v: float) -> str:
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:,.1f} ms"
+
+
+def _s(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:,.2f} s"
+
+
+def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
+    s = report["summary"]
+    lat = s["latency_ms"]
+    lines = [
+        "",
+        f"flashcoupon demo — event {report['event_id']}: {report['users']:,} shoppers, "
+        f"{report['coupons']:,} coupons, concurrency {report['concurrency']}, "
+        f"{report['processes']} driver process(es), targets {', '.join(report['targets'])}",
+        "",
+        f"  requests      {s['requests']:,} ({s['answered']:,} answered)",
+        "  outcomes      " + ", ".join(f"{k} {v:,}" for k, v in s["outcomes"].items()),
+    ]
+    for kind, counts in s["outcomes_by_kind"].items():
+        lines.append(f"    {kind:<11} " + ", ".join(f"{k} {v:,}" for k, v in counts.items()))
+    lines += [
+        f"  throughput    {s['throughput_rps']:,.0f} answers/s over {_s(report['burst_seconds'])}",
+        f"  latency       p50 {_ms(lat['p50'])}, p95 {_ms(lat['p95'])}, p99 {_ms(lat['p99'])}, "
+        f"max {_ms(lat['max'])}",
+        f"  sold out in   {_s(s['sell_out_seconds'])} (first press to the last coupon's answer)",
+        f"  drain time    {_s(report['drain_seconds'])} (last answer to MySQL = Redis issued: "
+        f"{report['persisted']:,} / {report['redis_issued']:,})",
+        f"  retries       {s['retry_mismatches']} Idempotency-Key replays contradicted "
+        "their first answer",
+        f"  wall time     {_s(report['wall_seconds'])} (services up, event applied, burst, drain, "
+        "checks)",
+        "",
+        "invariants (checked against Redis and MySQL directly):",
+        format_checks(checks),
+        "",
+        f"RESULT: {'PASS' if report['passed'] else 'FAIL'}",
+    ]
+    return "\n".join(lines)
+
+
+def _clean(value: Any) -> Any:
+    """NaN/inf (no samples) become null: strict JSON has no NaN."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(_clean(report), indent=2, default=str, allow_nan=False))
+
+
+def plot(
+    path: Path,
+    records: Sequence[Record],
+    pipeline: Sequence[tuple[float, int, int]],
+    *,
+    go_at: float,
+    title: str,
+) -> None:
+    """Latency over time (p50/p99 per 100 ms) above issued/persisted over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = time_series(records, bucket=0.1)
+    t0 = min((r.t_start for r in records), default=go_at)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    xs = [b["t"] for b in series]
+    ax1.plot(xs, [b["p50_ms"] for b in series], label="p50")
+    ax1.plot(xs, [b["p99_ms"] for b in series], label="p99")
+    ax1.set_ylabel("latency (ms)")
+    ax1.set_yscale("log")
+    ax1.grid(True, which="both", alpha=0.3)
+    ax1.legend()
+    ax1.set_title(title)
+    ax2.plot(xs, [b["issued"] for b in series], label="issued (201 answers)")
+    if pipeline:
+        ax2.plot(
+            [t - t0 for t, _, _ in pipeline],
+            [r for _, r, _ in pipeline],
+            label="issued (Redis counter)",
+            linestyle=":",
+        )
+        ax2.plot(
+            [t - t0 for t, _, _ in pipeline],
+            [m for _, _, m in pipeline],
+            label="persisted (MySQL rows)",
+        )
+    ax2.set_xlabel("seconds since the first press")
+    ax2.set_ylabel("coupons")
+    ax2.grid(True, alpha=0.3)
+    ax2.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
