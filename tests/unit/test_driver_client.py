@@ -113,3 +113,13 @@ def test_burst_plan_shards_users_with_duplicates_and_retries() -> None:
         assert all(k == s.presses[0][1] for k in retry_keys)  # a retry re-sends the same key
         assert len(set(keys)) == len(keys) - len(retry_keys)  # every other press has its own key
         assert s.headers["Authorization"].startswith("Bearer ")
+
+
+def test_sse_parser_keeps_incomplete_events_for_the_next_chunk() -> None:
+    from flashcoupon_loadtest.waiting_room import parse_sse
+
+    events, rest = parse_sse(b'retry: 2000\n\nevent: position\ndata: {"position": 3}\n\nevent: res')
+    assert events == [("position", b'{"position": 3}')]
+    events, rest = parse_sse(rest + b'ult\ndata: {"status": 201}\n\n')
+    assert events == [("result", b'{"status": 201}')]
+    assert rest == b""
