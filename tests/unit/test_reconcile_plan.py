@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.event_state import EventState
 from flashcoupon_common.messages import Discount
 from flashcoupon_operator.catalog import CatalogRow
 from flashcoupon_operator.reconcile import Action, Observed, plan
@@ -29,23 +29,30 @@ def spec(**changes: object) -> EventSpec:
     return dataclasses.replace(base, **changes)
 
 
-@dataclass
-class State:
-    """The fields of the Redis runtime state reconcile reads (a value, not a fake server)."""
+def State(
+    quantity: int = 1000,
+    issued: int = 0,
+    paused: bool = False,
+    start_at: datetime = START,
+    end_at: datetime = END,
+    issued_by_tier: Mapping[str, int] | None = None,
+) -> EventState:
+    """The real runtime-state value type, as event_state.read_state returns it."""
+    return EventState(
+        event_id="bf",
+        quantity=quantity,
+        issued=issued,
+        paused=paused,
+        start_at=start_at,
+        end_at=end_at,
+        per_user_limit=1,
+        tier_quantities=spec(quantity=quantity).tier_quantities(),
+        issued_by_tier=dict(issued_by_tier or {}),
+        version=1,
+    )
 
-    quantity: int = 1000
-    issued: int = 0
-    paused: bool = False
-    start_at: datetime = START
-    end_at: datetime = END
-    issued_by_tier: Mapping[str, int] = field(default_factory=dict)
 
-    @property
-    def remaining(self) -> int:
-        return self.quantity - self.issued
-
-
-def provisioned(state: State | None = None, applied: EventSpec | None = None) -> Observed:
+def provisioned(state: EventState | None = None, applied: EventSpec | None = None) -> Observed:
     applied = applied or spec()
     return Observed(
         state=state or State(), provisioned=applied, catalog=CatalogRow("bf", 1000, applied, None)
