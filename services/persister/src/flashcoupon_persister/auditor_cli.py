@@ -82,6 +82,10 @@ async def run(args: argparse.Namespace) -> list[AuditReport]:
         reports = []
         for event_id in event_ids:
             if await event_state.read_state(redis, event_id) is None:
+                if args.all:
+                    # registered but without state: deleted (or half-provisioned) meanwhile
+                    logger.warning("skipping %s: no runtime state in Redis", event_id)
+                    continue
                 raise AuditFailed(f"event {event_id} has no runtime state in Redis")
             report = await audit_event(redis, engine, event_id, settle_seconds=args.settle_seconds)
             if args.repair and report.missing:
