@@ -112,6 +112,10 @@ async def test_apply_status_apply_again_delete(
         0,
     )
     assert doc["paused"] is False
+    assert doc["tiers"] == [
+        {"name": "big", "quantity": 1000, "issued": 0},
+        {"name": "small", "quantity": 9000, "issued": 0},
+    ]
 
     again = await couponctl(stack, mysql_url, "apply", "-f", str(path))
     assert again.returncode == 0, again.stderr

@@ -21,7 +21,7 @@ from flashcoupon_common.event_spec import EventSpec
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import MysqlSettings, RedisSettings, SettingsError
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -75,8 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INVALID
     try:
         return asyncio.run(_run(args, redis_settings, mysql_settings, specs=specs))
-    except (RedisError, SQLAlchemyError, OSError) as exc:
-        print(f"couponctl: cannot complete {args.command}: {exc}", file=sys.stderr)
+    except (RedisError, RedisClusterException, SQLAlchemyError, OSError) as exc:
+        # First line only: SQLAlchemy appends a "Background on this error" link.
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"couponctl: cannot complete {args.command}: {reason}", file=sys.stderr)
         return EXIT_FAILED
 
 
@@ -200,6 +202,8 @@ async def _status(name: str, as_json: bool, redis: RedisCluster, engine: AsyncEn
     print(f"  persisted  {n(st.persisted)}")
     print(f"  window     {doc['startAt']} .. {doc['endAt']}")
     print(f"  paused     {'yes' if st.paused else 'no'}")
+    for tier, quantity, issued in st.tiers:
+        print(f"  tier       {tier}: {n(issued)} of {n(quantity)} issued")
     if st.deleted_at:
         print(f"  deleted    {doc['deletedAt']}")
     return EXIT_OK

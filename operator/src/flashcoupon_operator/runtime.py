@@ -58,6 +58,8 @@ class EventStatus:
     end_at: datetime
     paused: bool
     deleted_at: datetime | None = None
+    # per tier: (name, quantity, issued or None when Redis holds no state)
+    tiers: tuple[tuple[str, int, int | None], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +73,7 @@ class EventStatus:
             "endAt": self.end_at.isoformat(),
             "paused": self.paused,
             "deletedAt": None if self.deleted_at is None else self.deleted_at.isoformat(),
+            "tiers": [{"name": n, "quantity": q, "issued": i} for n, q, i in self.tiers],
         }
 
 
@@ -132,6 +135,13 @@ async def status(
         raise NotFound(f"no CouponEvent named {event_id!r} (neither in Redis nor in MySQL)")
     persisted = await catalog.persisted_count(engine, event_id)
     deleted_at = row.deleted_at if row else None
+    if state is not None:
+        tiers = tuple(
+            (name, cap, state.issued_by_tier.get(name, 0))
+            for name, cap in state.tier_quantities.items()
+        )
+    else:
+        tiers = tuple((name, cap, None) for name, cap in spec.tier_quantities().items())
     return EventStatus(
         event_id=event_id,
         phase=None if deleted_at else phase(spec, state, now),
@@ -143,6 +153,7 @@ async def status(
         end_at=state.end_at if state else spec.end_at,
         paused=bool(state and state.paused),
         deleted_at=deleted_at,
+        tiers=tiers,
     )
 
 
