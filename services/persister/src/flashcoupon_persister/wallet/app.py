@@ -5,6 +5,7 @@ An engine or producer passed in belongs to the caller (tests) and is not closed 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +23,8 @@ from flashcoupon_persister.wallet.http import on_redemption_error, routes
 from flashcoupon_persister.wallet.publisher import RedeemedPublisher
 from flashcoupon_persister.wallet.redemption import RedemptionError
 from flashcoupon_persister.wallet.settings import WalletSettings
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(
@@ -50,6 +53,7 @@ def create_app(
             await publisher.stop(settings.publish_drain_seconds)
             if engine is None:
                 await db.dispose()
+            logger.info("wallet stopped")
 
     async def ready() -> dict[str, bool]:
         # Only MySQL decides readiness: redemption works without Kafka (events are retried),
