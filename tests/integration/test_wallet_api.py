@@ -316,3 +316,21 @@ async def test_my_coupons_newest_first_and_event_counts(
         assert r.status_code == 200 and r.json()["checks"] == {"mysql": True}
         metrics = (await c.get("/metrics")).text
         assert 'route="/v1/coupons/{code}/redeem"' in metrics
+
+
+async def test_database_unreachable_is_503_not_500(stack: Stack, kafka_topic: str) -> None:
+    # A port nothing listens on: MySQL is really unreachable, not simulated.
+    dead = f"mysql+asyncmy://flashcoupon:flashcoupon@127.0.0.1:{free_port()}/flashcoupon"
+    app = create_app(wallet_settings(stack, dead, kafka_topic))
+    async with serve(app) as c:
+        r = await c.get("/v1/me/coupons", headers={USER: "alice"})
+        assert is_problem(r, 503, "DB_UNAVAILABLE") and r.headers["retry-after"] == "1"
+        r = await c.post(
+            "/v1/coupons/ABC/redeem",
+            json={"orderId": "o-1", "orderAmount": 10},
+            headers={USER: "alice"},
+        )
+        assert is_problem(r, 503, "DB_UNAVAILABLE")
+        r = await c.get("/readyz")
+        assert r.status_code == 503
+        assert (await c.get("/healthz")).status_code == 200

@@ -15,11 +15,13 @@ from flashcoupon_common.db.engine import create_engine
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.red_metrics import REDMiddleware
 from sqlalchemy import text
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from flashcoupon_persister.wallet.http import on_redemption_error, routes
+from flashcoupon_persister.wallet.http import on_database_unavailable, on_redemption_error, routes
 from flashcoupon_persister.wallet.publisher import RedeemedPublisher
 from flashcoupon_persister.wallet.redemption import RedemptionError
 from flashcoupon_persister.wallet.settings import WalletSettings
@@ -65,7 +67,14 @@ def create_app(
             await conn.execute(text("SELECT 1"))
         return {"mysql": True}
 
-    handlers = {**exception_handlers(), RedemptionError: on_redemption_error}
+    handlers = {
+        **exception_handlers(),
+        RedemptionError: on_redemption_error,
+        # connection refused/lost, server gone, pool timeout
+        OperationalError: on_database_unavailable,
+        InterfaceError: on_database_unavailable,
+        PoolTimeout: on_database_unavailable,
+    }
     return Starlette(
         routes=[*routes, *health_routes(ready)],
         exception_handlers=handlers,

@@ -6,6 +6,7 @@ client sends); the wallet is not exposed outside the cluster.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
@@ -28,6 +29,8 @@ from flashcoupon_persister.wallet.redemption import (
     parse_request,
 )
 from flashcoupon_persister.wallet.settings import WalletSettings
+
+logger = logging.getLogger(__name__)
 
 USER_HEADER = "X-Flashcoupon-User"
 EVENT_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # DNS-1123 label
@@ -109,6 +112,18 @@ async def redeem(request: Request) -> Response:
 async def on_redemption_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RedemptionError)
     return problem(exc.status, exc.code, exc.detail)
+
+
+async def on_database_unavailable(request: Request, exc: Exception) -> Response:
+    # MySQL unreachable or the pool exhausted: not the client's fault and not a bug; 503 with
+    # Retry-After lets the gateway's breaker and the shopper's client back off.
+    logger.warning("database unavailable on %s: %r", request.url.path, exc)
+    return problem(
+        503,
+        "DB_UNAVAILABLE",
+        "the coupon database is unavailable; retry shortly",
+        headers={"Retry-After": "1"},
+    )
 
 
 routes = [
