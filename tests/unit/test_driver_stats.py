@@ -113,3 +113,19 @@ def test_summarize_counts_timeouts_as_unanswered() -> None:
     assert s["latency_ms"]["max"] == pytest.approx(10.0)  # the timeout is not a latency sample
     assert s["sell_out_seconds"] == pytest.approx(0.01)
     assert s["outcomes"] == {ISSUED: 1, "TIMEOUT": 1}
+
+
+def test_bench_table_picks_rates_latencies_and_ratios() -> None:
+    from flashcoupon_loadtest.bench_all import interesting_leaves
+
+    data = {
+        "hello": {"rps": 1000, "p99_ms": 3.5, "host": "x", "ok": True},
+        "ratio_issuer_to_hello": 0.7,
+        "modes": [{"name": "naive", "rps": 300}],
+    }
+    assert interesting_leaves(data) == [
+        ("hello.rps", 1000.0),
+        ("hello.p99_ms", 3.5),
+        ("ratio_issuer_to_hello", 0.7),
+        ("modes[naive].rps", 300.0),
+    ]

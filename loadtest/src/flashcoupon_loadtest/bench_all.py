@@ -1,0 +1,190 @@
+"""`make bench`: every service benchmark plus the end-to-end burst, one table.
+
+    uv run python -m flashcoupon_loadtest.bench_all [--only issuer,gateway,persister,e2e]
+
+Each benchmark runs as its own process, one after the other (they would skew each other on a
+shared machine), and writes its JSON under loadtest/results/; this module reads what each
+wrote during its run and prints the figures that matter — throughput, latency percentiles and
+the ratios the targets are stated in — then the end-to-end burst (the demo) with its
+invariant verdict. The combined table is written to loadtest/results/bench_all.json.
+Exits non-zero when a benchmark failed or the burst broke an invariant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+BENCHES = {
+    "issuer": "flashcoupon_loadtest.bench_issuer",
+    "persister": "flashcoupon_loadtest.bench_persister",
+    "gateway": "flashcoupon_loadtest.bench_gateway",
+}
+# Leaf names worth a row in the table: rates, latencies, ratios, sizes, durations.
+INTERESTING = (
+    "rps",
+    "per_s",
+    "per_second",
+    "ratio",
+    "p50",
+    "p95",
+    "p99",
+    "rows",
+    "seconds",
+    "lag",
+    "throughput",
+    "ceiling",
+    "target",
+)
+
+
+def interesting_leaves(data: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, float]]:
+    """(dotted path, number) of the leaves whose name says rate/latency/ratio, in file order."""
+    out: list[tuple[str, float]] = []
+    if depth > 4:
+        return out
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict | list):
+                out += interesting_leaves(value, path, depth + 1)
+            elif (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and any(word in str(key).lower() for word in INTERESTING)
+            ):
+                out.append((path, float(value)))
+    elif isinstance(data, list) and len(data) <= 20:
+        for i, value in enumerate(data):
+            label = value.get("name", i) if isinstance(value, dict) else i
+            out += interesting_leaves(value, f"{prefix}[{label}]", depth + 1)
+    return out
+
+
+def run_bench(name: str, module: str, timeout: float) -> dict[str, Any]:
+    started = time.time()
+    print(f"\n=== bench {name}: python -m {module}", flush=True)
+    try:
+        proc = subprocess.run([sys.executable, "-m", module], timeout=timeout, check=False)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        code = -1
+    files = sorted(
+        p for p in RESULTS.glob("*.json") if p.stat().st_mtime >= started and p.name != "demo.json"
+    )
+    rows: list[tuple[str, float]] = []
+    for path in files:
+        try:
+            rows += [
+                (f"{path.stem}: {k}", v)
+                for k, v in interesting_leaves(json.loads(path.read_text()))
+            ]
+        except (OSError, ValueError) as exc:
+            rows.append((f"{path.name}: unreadable ({exc})", float("nan")))
+    return {
+        "bench": name,
+        "exit": code,
+        "seconds": time.time() - started,
+        "files": [p.name for p in files],
+        "rows": rows,
+    }
+
+
+def run_e2e(users: int, coupons: int, timeout: float) -> dict[str, Any]:
+    started = time.time()
+    print(f"\n=== end-to-end burst: {users:,} shoppers at {coupons:,} coupons", flush=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "flashcoupon_loadtest.demo",
+        "--users",
+        str(users),
+        "--coupons",
+        str(coupons),
+        "--cleanup",
+    ]
+    try:
+        code = subprocess.run(cmd, timeout=timeout, check=False).returncode
+    except subprocess.TimeoutExpired:
+        code = -1
+    path = RESULTS / "demo.json"
+    if not path.exists() or path.stat().st_mtime < started:
+        return {"bench": "e2e", "exit": code, "seconds": time.time() - started, "rows": []}
+    r = json.loads(path.read_text())
+    s, lat = r["summary"], r["summary"]["latency_ms"]
+    rows = [
+        ("answers/s", s["throughput_rps"]),
+        ("latency p50 ms", lat["p50"]),
+        ("latency p99 ms", lat["p99"]),
+        ("latency max ms", lat["max"]),
+        ("p99 / 100 ms target", (lat["p99"] or 0) / 100),
+        ("sold out in s", s["sell_out_seconds"]),
+        ("drain s", r["drain_seconds"]),
+        ("invariants passed", float(all(c["verdict"] == "PASS" for c in r["invariants"]))),
+        ("wall s", r["wall_seconds"]),
+    ]
+    selftest = RESULTS / "driver_selftest.json"
+    if selftest.exists():
+        ceiling = json.loads(selftest.read_text())["results"]["raw_1proc"]["ceiling_rps_per_core"]
+        rows.append(("answers/s / driver ceiling per core", s["throughput_rps"] / ceiling))
+    return {
+        "bench": "e2e",
+        "exit": code,
+        "seconds": time.time() - started,
+        "files": ["demo.json"],
+        "rows": rows,
+    }
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    print("\n" + "=" * 78)
+    print(f"{'benchmark':<11}{'figure':<52}{'value':>15}")
+    print("-" * 78)
+    for res in results:
+        status = "ok" if res["exit"] == 0 else f"FAILED (exit {res['exit']})"
+        head = f"[{status}, {res['seconds']:.0f}s]"
+        print(f"{res['bench']:<11}{head:<52}")
+        for label, value in res["rows"]:
+            shown = (
+                "n/a"
+                if value is None or value != value
+                else f"{value:,.3f}".rstrip("0").rstrip(".")
+            )
+            print(f"{'':<11}{label[:51]:<52}{shown:>15}")
+    print("=" * 78)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flashcoupon_loadtest.bench_all")
+    ap.add_argument(
+        "--only",
+        default="issuer,persister,gateway,e2e",
+        help="comma-separated subset of issuer,persister,gateway,e2e",
+    )
+    ap.add_argument("--e2e-users", type=int, default=100_000)
+    ap.add_argument("--e2e-coupons", type=int, default=10_000)
+    ap.add_argument("--timeout", type=float, default=900.0, help="per benchmark, seconds")
+    args = ap.parse_args(argv)
+    wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+    unknown = set(wanted) - {*BENCHES, "e2e"}
+    if unknown:
+        ap.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    results = [run_bench(n, BENCHES[n], args.timeout) for n in BENCHES if n in wanted]
+    if "e2e" in wanted:
+        results.append(run_e2e(args.e2e_users, args.e2e_coupons, args.timeout))
+    print_table(results)
+    out = RESULTS / "bench_all.json"
+    out.write_text(json.dumps(results, indent=2, default=str))
+    print(f"written {out}")
+    return 0 if all(r["exit"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
