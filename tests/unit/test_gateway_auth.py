@@ -114,3 +114,77 @@ def test_settings_refuse_placeholder_or_short_secrets() -> None:
     )
     assert s.issuer_urls == ("http://a:1", "http://b:2")
     assert s.auth.audience == "flashcoupon"
+
+
+def _parity_cases() -> list[str]:
+    now = int(time.time())
+    good = {"sub": "alice", "aud": "flashcoupon", "iat": now, "exp": now + 60}
+    cases = [
+        jwt.encode(good, SECRET, algorithm="HS256"),
+        jwt.encode({**good, "aud": ["x", "flashcoupon"]}, SECRET, algorithm="HS256"),
+        jwt.encode({**good, "exp": now - 1}, SECRET, algorithm="HS256"),  # within leeway
+        jwt.encode({**good, "exp": now - 30}, SECRET, algorithm="HS256"),
+        jwt.encode({**good, "nbf": now + 30}, SECRET, algorithm="HS256"),
+        jwt.encode({**good, "iat": now + 30}, SECRET, algorithm="HS256"),
+        jwt.encode({**good, "aud": "other"}, SECRET, algorithm="HS256"),
+        jwt.encode({**good, "exp": "soon"}, SECRET, algorithm="HS256"),
+        jwt.encode(good, SECRET, algorithm="HS512"),
+        jwt.encode(good, SECRET + "x", algorithm="HS256"),
+        jwt.encode(good, None, algorithm="none"),
+    ]
+    h, p, s = cases[0].split(".")
+    cases += [f"{h}.{p}.{s[:-2]}AA", f"{h}.{p}x.{s}", f"{h}.{p}", "a.b.c", f"{h}.{p}.{s}=="]
+    return cases
+
+
+async def test_fast_hs256_path_agrees_with_pyjwt() -> None:
+    for tok in _parity_cases():
+        try:
+            claims = jwt.decode(tok, SECRET, algorithms=["HS256"], audience="flashcoupon",
+                                leeway=2, options={"require": ["exp", "sub", "aud"]})  # fmt: skip
+            expected = claims["sub"]
+        except jwt.InvalidTokenError:
+            expected = None
+        try:
+            got = await auth(tok)
+        except ProblemError as exc:
+            assert exc.status == 401
+            got = None
+        assert got == expected, tok
+
+
+async def test_jwks_rs256_with_key_rotation() -> None:
+    import httpx
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from flashcoupon_gateway.auth import JWKSCache
+
+    keys = {kid: rsa.generate_private_key(public_exponent=65537, key_size=2048) for kid in "ab"}
+    served = ["a"]
+
+    def jwks(request: httpx.Request) -> httpx.Response:
+        out = []
+        for kid in served:
+            jwk = jwt.algorithms.RSAAlgorithm.to_jwk(keys[kid].public_key(), as_dict=True)
+            out.append({**jwk, "kid": kid, "alg": "RS256", "use": "sig"})
+        return httpx.Response(200, json={"keys": out})
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(jwks))
+    settings = AuthSettings(secret=None, jwks_url="http://idp/jwks", audience="flashcoupon")
+    a = Authenticator(settings, jwks=JWKSCache(settings.jwks_url, 300, http))
+    claims = {"sub": "carol", "aud": "flashcoupon", "exp": int(time.time()) + 60}
+    tok_a = jwt.encode(claims, keys["a"], algorithm="RS256", headers={"kid": "a"})
+    assert (await a.authenticate(f"Bearer {tok_a}")).user_id == "carol"
+    # HS256 signed with the public key's bytes (the classic confusion attack) is refused.
+    hs = jwt.encode(claims, "x" * 40, algorithm="HS256", headers={"kid": "a"})
+    with pytest.raises(ProblemError):
+        await a.authenticate(f"Bearer {hs}")
+    # Unknown kid right after a fetch: refused without hammering the IdP.
+    tok_b = jwt.encode(
+        {**claims, "sub": "dave"}, keys["b"], algorithm="RS256", headers={"kid": "b"}
+    )
+    served.append("b")
+    with pytest.raises(ProblemError):
+        await a.authenticate(f"Bearer {tok_b}")
+    a.jwks._fetched_at -= 60  # later: an unknown kid triggers a refetch and is then accepted
+    assert (await a.authenticate(f"Bearer {tok_b}")).user_id == "dave"
+    await http.aclose()

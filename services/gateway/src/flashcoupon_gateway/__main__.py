@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 import uvicorn
@@ -13,9 +14,14 @@ from flashcoupon_gateway.app import create_app
 from flashcoupon_gateway.settings import GatewaySettings
 
 
+def _logging() -> None:
+    configure_logging("gateway")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per upstream call
+
+
 def factory() -> object:
     """App factory for uvicorn's --workers mode (each worker builds its own app)."""
-    configure_logging("gateway")
+    _logging()
     return create_app(GatewaySettings.from_env())
 
 
@@ -25,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
-    configure_logging("gateway")
+    _logging()
     try:
         settings = GatewaySettings.from_env()
     except SettingsError as exc:

@@ -46,15 +46,9 @@ def create_app(
         own_redis = redis is None
         client = redis if redis is not None else create_redis_cluster(settings.redis)
         await client.initialize()
+        # httpx only fetches the JWKS (rarely); forwarding uses pool.HTTPPool.
         own_http = http_client is None
-        http = http_client or httpx.AsyncClient(
-            limits=httpx.Limits(
-                max_connections=settings.upstream_connections,
-                max_keepalive_connections=settings.upstream_connections,
-                keepalive_expiry=4.0,  # below uvicorn's 5 s keep-alive, so we close first
-            ),
-            timeout=settings.upstream_timeout_seconds,
-        )
+        http = http_client or httpx.AsyncClient(timeout=settings.upstream_timeout_seconds)
         runner = ScriptRunner(client)
         jwks = (
             JWKSCache(settings.auth.jwks_url, settings.auth.jwks_ttl_seconds, http)
@@ -73,7 +67,7 @@ def create_app(
             upstream=Forwarder(
                 settings.issuer_urls,
                 settings.wallet_url,
-                client=http,
+                connections=settings.upstream_connections,
                 timeout_seconds=settings.upstream_timeout_seconds,
                 failure_threshold=settings.breaker_failures,
                 open_seconds=settings.breaker_open_seconds,
@@ -85,6 +79,7 @@ def create_app(
             yield {"gateway": gateway}
         finally:
             await room.stop()
+            await gateway.upstream.aclose()
             await runner.aclose()
             if own_http:
                 await http.aclose()

@@ -28,7 +28,8 @@ from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoo
 USER_HEADER = "X-Flashcoupon-User"
 _EVENT_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_IDEMPOTENCY = re.compile(r"^[\x21-\x7e]{1,128}$")
+# The issuer keeps request ids inside a hash value separated by ',' and ';': same alphabet here.
+_IDEMPOTENCY = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _FORWARDED = ("traceparent", "tracestate", "x-request-id")
 
 
@@ -63,7 +64,9 @@ def upstream_headers(request: Request, user: str) -> dict[str, str]:
     key = request.headers.get("idempotency-key")
     if key is not None:
         if not _IDEMPOTENCY.match(key):
-            raise ProblemError(400, "BAD_IDEMPOTENCY_KEY", "Idempotency-Key: 1-128 visible chars")
+            raise ProblemError(
+                400, "BAD_IDEMPOTENCY_KEY", "Idempotency-Key: 1-64 of A-Z a-z 0-9 _ . : -"
+            )
         headers["Idempotency-Key"] = key
     return headers
 

@@ -1,9 +1,9 @@
 """Forwarding to the issuer (round-robin over replicas) and the wallet, with load shedding.
 
-Every call goes over a pooled keep-alive connection (one httpx.AsyncClient with connection
-limits), has a timeout, and passes its upstream's circuit breaker. 5xx answers, timeouts and
-connection errors count as failures; 4xx answers (SOLD_OUT, DUPLICATE, ...) are the upstream
-working correctly. With every issuer's breaker open, the answer is 503 + Retry-After at once.
+Every call goes over a pooled keep-alive connection (pool.HTTPPool), has a timeout, and passes
+its upstream's circuit breaker. 5xx answers, timeouts and connection errors count as failures;
+4xx answers (SOLD_OUT, DUPLICATE, ...) are the upstream working correctly. With every issuer's
+breaker open, the answer is 503 + Retry-After at once.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import httpx
 from flashcoupon_common.http import ProblemError
 
 from flashcoupon_gateway.breaker import Breaker, State, retry_after_header
 from flashcoupon_gateway.metrics import BREAKER_STATE, SHED, UPSTREAM_DURATION
+from flashcoupon_gateway.pool import HTTPPool, UpstreamError
 
 logger = logging.getLogger(__name__)
 
 # Response headers worth passing back to the shopper.
-_PASS_HEADERS = ("content-type", "retry-after", "location", "idempotency-key")
+_PASS_HEADERS = {b"content-type", b"retry-after", b"location", b"idempotency-key"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +44,14 @@ def unavailable(detail: str, retry_after: float, reason: str) -> ProblemError:
 
 
 class Upstream:
-    """One upstream base URL and its breaker."""
+    """One upstream base URL, its connection pool and its breaker."""
 
-    def __init__(self, kind: str, base_url: str, breaker: Breaker) -> None:
+    def __init__(self, kind: str, base_url: str, breaker: Breaker, connections: int) -> None:
         self.kind = kind
         self.base_url = base_url
         self.breaker = breaker
+        self.pool = HTTPPool(base_url, max_connections=connections)
+        self.publish_state()
 
     def publish_state(self) -> None:
         BREAKER_STATE.labels(self.base_url).set(int(self.breaker.state))
@@ -61,19 +63,16 @@ class Forwarder:
         issuer_urls: tuple[str, ...],
         wallet_url: str,
         *,
-        client: httpx.AsyncClient,
+        connections: int,
         timeout_seconds: float,
         failure_threshold: int,
         open_seconds: float,
     ) -> None:
         def make(kind: str, url: str) -> Upstream:
-            up = Upstream(kind, url, Breaker(failure_threshold, open_seconds))
-            up.publish_state()
-            return up
+            return Upstream(kind, url, Breaker(failure_threshold, open_seconds), connections)
 
         self.issuers = [make("issuer", u) for u in issuer_urls]
         self.wallet = make("wallet", wallet_url)
-        self.client = client
         self.timeout = timeout_seconds
         self._rr = itertools.cycle(range(len(self.issuers)))
 
@@ -83,7 +82,8 @@ class Forwarder:
         for _ in range(len(self.issuers)):
             up = self.issuers[next(self._rr)]
             if up.breaker.try_acquire(now):
-                up.publish_state()
+                if up.breaker.state is not State.CLOSED:
+                    up.publish_state()
                 return up
         wait = min(u.breaker.retry_after(now) for u in self.issuers)
         raise unavailable("the issuer is unavailable; retry later", wait, "breaker_open")
@@ -103,40 +103,41 @@ class Forwarder:
         headers: Mapping[str, str],
         body: bytes | None = None,
     ) -> Answer:
-        """One upstream request through `up`, whose breaker was acquired by the caller."""
+        """One upstream request through `up`, whose breaker the caller acquired."""
         start = time.perf_counter()
-        outcome = "error"
         try:
-            response = await self.client.request(
-                method,
-                up.base_url + path,
-                headers=dict(headers),
-                content=body,
-                timeout=self.timeout,
+            status, raw_headers, content = await up.pool.request(
+                method, path, headers, body, deadline_seconds=self.timeout
             )
-            outcome = f"{response.status_code // 100}xx"
-        except httpx.TimeoutException:
-            outcome = "timeout"
-            up.breaker.on_failure(time.monotonic())
+        except TimeoutError:
+            self._failed(up, start, "timeout")
             raise unavailable(
                 f"the {up.kind} did not answer in time", 1, "upstream_timeout"
             ) from None
-        except httpx.HTTPError as exc:
-            up.breaker.on_failure(time.monotonic())
+        except UpstreamError as exc:
+            self._failed(up, start, "error")
             logger.warning("%s %s failed: %s", up.kind, up.base_url, exc)
             raise unavailable(f"the {up.kind} is unreachable", 1, "upstream_error") from None
         except BaseException:
-            up.breaker.on_abandoned()
+            up.breaker.on_abandoned()  # cancelled (client went away): not the upstream's fault
             raise
-        finally:
-            UPSTREAM_DURATION.labels(up.kind, outcome).observe(time.perf_counter() - start)
-            up.publish_state()
-        if response.status_code >= 500:
+        UPSTREAM_DURATION.labels(up.kind, f"{status // 100}xx").observe(time.perf_counter() - start)
+        if status >= 500:
             up.breaker.on_failure(time.monotonic())
             up.publish_state()
         else:
+            was = up.breaker.state
             up.breaker.on_success()
-            if up.breaker.state is not State.CLOSED:
+            if was is not State.CLOSED:
                 up.publish_state()
-        passed = {k: v for k, v in response.headers.items() if k.lower() in _PASS_HEADERS}
-        return Answer(response.status_code, response.content, passed)
+        passed = {k.decode(): v.decode("latin-1") for k, v in raw_headers if k in _PASS_HEADERS}
+        return Answer(status, content, passed)
+
+    def _failed(self, up: Upstream, start: float, outcome: str) -> None:
+        UPSTREAM_DURATION.labels(up.kind, outcome).observe(time.perf_counter() - start)
+        up.breaker.on_failure(time.monotonic())
+        up.publish_state()
+
+    async def aclose(self) -> None:
+        for up in [*self.issuers, self.wallet]:
+            await up.pool.aclose()
