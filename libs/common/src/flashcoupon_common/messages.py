@@ -140,7 +140,9 @@ class CouponIssued:
         return self.user_id.encode()
 
     def encode(self) -> bytes:
-        body = asdict(self)
+        # Not dataclasses.asdict: its recursive deepcopy cost more than everything else the
+        # relay does per record (measured). Same keys, same order, same bytes.
+        body: dict[str, Any] = {f: getattr(self, f) for f in self.__dataclass_fields__}
         body["discount"] = self.discount.to_json()
         body["v"] = SCHEMA_VERSION
         body["type"] = "coupon.issued"
