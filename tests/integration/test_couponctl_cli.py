@@ -184,8 +184,13 @@ async def test_rejected_change_exits_3_and_changes_nothing(
 async def test_pause_and_resume(
     stack: Stack, mysql_url: str, redis_cluster: Any, event_name: str
 ) -> None:
-    created = await couponctl(stack, mysql_url, "apply", "-f", "-", stdin=manifest(event_name))
+    # The demo's way: the example file under a fresh name, opening in an hour.
+    example = str(ROOT / "k8s/examples/black-friday.yaml")
+    created = await couponctl(
+        stack, mysql_url, "apply", "-f", example, "--name", event_name, "--start-in", "1h"
+    )
     assert created.returncode == 0, created.stderr
+    assert "phase Ready, quantity 10,000, remaining 10,000" in created.stdout
     paused = await couponctl(stack, mysql_url, "pause", event_name)
     assert paused.returncode == 0 and f"couponevent/{event_name} paused" in paused.stdout
     state = await event_state.read_state(redis_cluster, event_name)

@@ -14,6 +14,8 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 
 from flashcoupon_common.db.engine import create_engine
@@ -26,7 +28,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flashcoupon_operator import runtime
-from flashcoupon_operator.manifest import ManifestError, parse_manifests
+from flashcoupon_operator.fields import parse_duration
+from flashcoupon_operator.manifest import DNS1123_LABEL, FieldError, ManifestError, parse_manifests
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REJECTED = 0, 1, 2, 3
 PROGRESS_FROM = 10_000  # events at least this large get progress lines while preloading
@@ -41,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("-f", "--filename", required=True, help="CouponEvent YAML ('-' = stdin)")
+        # For demos and local runs: the same file, a fresh name and a window starting soon.
+        p.add_argument("--name", help="override metadata.name (a file with one event only)")
+        p.add_argument(
+            "--start-in",
+            metavar="DURATION",
+            help="override startAt to now + DURATION (e.g. 10s), keeping the window's length",
+        )
     p = sub.add_parser("status", help="phase, quantity, issued, remaining, persisted, window")
     p.add_argument("name")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -63,6 +73,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("apply", "validate"):
         specs = _load(args.filename)
         if specs is None:
+            return EXIT_INVALID
+        try:
+            specs = overrides(specs, name=args.name, start_in=args.start_in, now=runtime.utcnow())
+        except ManifestError as exc:
+            for error in exc.errors:
+                print(f"couponctl: {error}", file=sys.stderr)
             return EXIT_INVALID
         if args.command == "validate":
             for s in specs:
@@ -95,6 +111,25 @@ def _load(filename: str) -> list[EventSpec] | None:
         for error in exc.errors:
             print(f"  {error}", file=sys.stderr)
         return None
+
+
+def overrides(
+    specs: list[EventSpec], *, name: str | None, start_in: str | None, now: datetime
+) -> list[EventSpec]:
+    """Apply --name / --start-in; ManifestError names the option when it is unusable."""
+    if name is not None:
+        if len(specs) != 1:
+            raise ManifestError([FieldError("--name", "needs a file with exactly one event")])
+        if len(name) > 63 or not DNS1123_LABEL.match(name):
+            raise ManifestError([FieldError("--name", f"{name!r} is not a DNS-1123 label")])
+        specs = [replace(specs[0], event_id=name)]
+    if start_in is not None:
+        delay, problem = parse_duration(start_in, allow_zero=True)
+        if delay is None:
+            raise ManifestError([FieldError("--start-in", problem or "invalid")])
+        start = now.replace(microsecond=0) + delay
+        specs = [replace(s, start_at=start, end_at=start + (s.end_at - s.start_at)) for s in specs]
+    return specs
 
 
 def _summary(s: EventSpec) -> str:
