@@ -179,7 +179,7 @@ def settings_for(
         "max_wait_ms": 50,
         "retry_backoff_base_s": 0.1,
         "retry_backoff_cap_s": 1.0,
-        "db_pool_size": 2,
+        "db_pool_size": 4,
     }
     return PersisterSettings(
         kafka=KafkaSettings(bootstrap),

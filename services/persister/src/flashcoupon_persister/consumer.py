@@ -4,18 +4,25 @@ Guarantees: offsets are committed only after the batch's DB transaction committe
 letters were acknowledged, so every record is stored (or dead-lettered) at least once; the
 UNIQUE constraints turn "at least once" into one row per coupon.
 
+Up to `write_concurrency` batches are written at once (separate connections: the database
+overlaps their I/O, and decoding overlaps the writes), but their dead letters and offset
+commits happen strictly in fetch order, so a commit never covers an unfinished batch.
+
 While a transient failure lasts, the assigned partitions are paused and the loop keeps
 polling (which returns nothing for paused partitions) between retries: the consumer stays in
-its group (max.poll.interval) and holds no more than the one batch it is retrying.
+its group (max.poll.interval) and holds no more than the batches already in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -77,6 +84,12 @@ class _Rebalance(ConsumerRebalanceListener):
         logger.info("assigned %s", sorted(f"{tp.topic}/{tp.partition}" for tp in assigned))
 
 
+@dataclass
+class _InFlight:
+    batches: dict[TopicPartition, list[Record]]
+    task: asyncio.Task[list[DeadLetter]]
+
+
 class PersistLoop:
     def __init__(
         self,
@@ -91,10 +104,13 @@ class PersistLoop:
         self.dead_letters = dead_letters
         self._stopping = asyncio.Event()
         self._pending: dict[TopicPartition, int] = {}  # stored, not yet committed
+        self._inflight: deque[_InFlight] = deque()
+        self._retrying = 0  # batches currently waiting out a transient failure
+        self._paused = False
         self.batches_done = 0
 
     def stop(self) -> None:
-        """Finish the current batch (if it can finish), commit, and return from run()."""
+        """Finish the batches in flight (if they can finish), commit, and return from run()."""
         self._stopping.set()
 
     @property
@@ -103,25 +119,75 @@ class PersistLoop:
 
     async def run(self) -> None:
         self.consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
-        while not self._stopping.is_set():
-            batches = await self.consumer.getmany(
-                timeout_ms=self.settings.max_wait_ms, max_records=self.settings.max_batch
-            )
-            if batches:
-                try:
-                    await self._handle(batches)
-                except Stopped:
-                    logger.info("stopping with an unfinished batch; it will be redelivered")
-                    break
-            await self._update_lag()
+        try:
+            while not self._stopping.is_set():
+                if self._retrying:
+                    await self._poll_paused()
+                elif len(self._inflight) >= self.settings.write_concurrency:
+                    await asyncio.wait({self._inflight[0].task}, timeout=1.0)
+                else:
+                    await self._fetch()
+                await self._finish_done()
+                await self._update_lag()
+        except Stopped:
+            # A batch could not finish (its write or dead letters wait on a failure): nothing
+            # fetched after it may be committed, or its records would be skipped.
+            await self._drain(committing=False)
+        else:
+            await self._drain(committing=True)
         await self.commit_pending(None)
 
-    async def _handle(self, batches: dict[TopicPartition, list[Record]]) -> None:
+    async def _fetch(self) -> None:
+        if self._paused:
+            self.consumer.resume(*self.consumer.assignment())
+            self._paused = False
+            metrics.PAUSED.set(0)
+        batches = await self.consumer.getmany(
+            timeout_ms=self.settings.max_wait_ms, max_records=self.settings.max_batch
+        )
+        if batches:
+            task = asyncio.create_task(self._store(batches))
+            self._inflight.append(_InFlight(batches, task))
+
+    async def _poll_paused(self) -> None:
+        """Take no new records while a batch retries, but keep polling: the group keeps us."""
+        # Re-pause each round: a rebalance may have handed us fresh, unpaused partitions.
+        self.consumer.pause(*self.consumer.assignment())
+        self._paused = True
+        metrics.PAUSED.set(1)
+        stray = await self.consumer.getmany(timeout_ms=200)
+        for tp, recs in stray.items():
+            # Never buffer beyond the batches in flight: rewind and fetch these later.
+            self.consumer.seek(tp, recs[0].offset)
+
+    async def _finish_done(self) -> None:
+        """Dead-letter and commit finished batches, strictly in the order they were fetched."""
+        while self._inflight and self._inflight[0].task.done():
+            done = self._inflight.popleft()
+            await self._finish(done.batches, done.task.result())  # Stopped propagates
+
+    async def _drain(self, *, committing: bool) -> None:
+        """At shutdown: complete what is in flight; commit only an unbroken prefix."""
+        if not committing:
+            logger.info("stopping with unfinished batches; they will be redelivered")
+        while self._inflight:
+            done = self._inflight.popleft()
+            try:
+                dead = await done.task
+                if committing:
+                    await self._finish(done.batches, dead)
+            except Stopped:
+                if committing:
+                    logger.info("stopping with unfinished batches; they will be redelivered")
+                committing = False
+
+    async def _store(self, batches: dict[TopicPartition, list[Record]]) -> list[DeadLetter]:
+        """Decode and write one batch (retrying transient failures); return its dead letters."""
         records = [r for recs in batches.values() for r in recs]
         coupons, origins, dead = decode_all(records)
         if coupons:
             started = time.perf_counter()
-            result = await self._retrying("db", lambda: self.writer.write(coupons))
+            result = await self._retry("db", lambda: self.writer.write(coupons))
             metrics.DB_WRITE_SECONDS.observe(time.perf_counter() - started)
             metrics.BATCHES.inc()
             metrics.BATCH_SIZE.observe(len(coupons))
@@ -130,6 +196,11 @@ class PersistLoop:
             dead.extend(
                 DeadLetter(origins[x.index], x.reason, x.code, x.detail) for x in result.rejected
             )
+        return dead
+
+    async def _finish(
+        self, batches: dict[TopicPartition, list[Record]], dead: list[DeadLetter]
+    ) -> None:
         if dead:
             for d in dead:
                 logger.warning(
@@ -140,7 +211,7 @@ class PersistLoop:
                     d.code,
                     d.detail,
                 )
-            await self._retrying("dlq", lambda: self.dead_letters.send_all(dead))
+            await self._retry("dlq", lambda: self.dead_letters.send_all(dead))
             for d in dead:
                 metrics.DLQ.labels(d.reason).inc()
             metrics.ROWS.labels("dead_lettered").inc(len(dead))
@@ -174,13 +245,19 @@ class PersistLoop:
             if self._pending.get(tp) == off:
                 del self._pending[tp]
 
-    async def _retrying(self, what: str, attempt_fn: Callable[[], Awaitable[T]]) -> T:
+    async def _retry(self, what: str, attempt_fn: Callable[[], Awaitable[T]]) -> T:
+        """Run attempt_fn until it succeeds, sleeping a capped backoff between transient
+        failures; while any batch waits here the main loop keeps the partitions paused."""
         attempt = 0
         try:
             while True:
                 try:
                     return await attempt_fn()
                 except (TransientWriteError, DeadLetterSendError) as exc:
+                    if self._stopping.is_set():
+                        raise Stopped from exc
+                    if attempt == 0:
+                        self._retrying += 1
                     attempt += 1
                     metrics.RETRIES.labels(what).inc()
                     s = self.settings
@@ -192,29 +269,13 @@ class PersistLoop:
                         delay,
                         exc,
                     )
-                    await self._idle_paused(delay)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), delay)
+                    if self._stopping.is_set():
+                        raise Stopped from exc
         finally:
             if attempt:
-                self.consumer.resume(*self.consumer.assignment())
-                metrics.PAUSED.set(0)
-
-    async def _idle_paused(self, seconds: float) -> None:
-        """Wait with every assigned partition paused, polling so the group keeps us."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        metrics.PAUSED.set(1)
-        while True:
-            if self._stopping.is_set():
-                raise Stopped
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return
-            # Re-pause each round: a rebalance may have handed us fresh, unpaused partitions.
-            self.consumer.pause(*self.consumer.assignment())
-            stray = await self.consumer.getmany(timeout_ms=int(min(remaining, 1.0) * 1000))
-            for tp, recs in stray.items():
-                # Never buffer beyond the batch being retried: rewind and fetch these later.
-                self.consumer.seek(tp, recs[0].offset)
+                self._retrying -= 1
 
     async def _update_lag(self) -> None:
         for tp in self.consumer.assignment():

@@ -33,9 +33,11 @@ class PersisterSettings:
     max_batch: int = 2000
     # How long getmany() waits for records when fewer than max_batch are ready.
     max_wait_ms: int = 100
+    # Batches written concurrently (each on its own connection); commits stay in order.
+    write_concurrency: int = 4
     retry_backoff_base_s: float = 0.2
     retry_backoff_cap_s: float = 5.0
-    db_pool_size: int = 4
+    db_pool_size: int = 6  # write_concurrency + readiness checks
     host: str = "127.0.0.1"
     port: int = 8083
 
@@ -51,9 +53,10 @@ class PersisterSettings:
             dlq_topic=env_str(env, p + "DLQ_TOPIC", topics.COUPON_ISSUED_DLQ),
             max_batch=env_int(env, p + "MAX_BATCH", 2000),
             max_wait_ms=env_int(env, p + "MAX_WAIT_MS", 100),
+            write_concurrency=env_int(env, p + "WRITE_CONCURRENCY", 4),
             retry_backoff_base_s=env_float(env, p + "RETRY_BACKOFF_BASE_S", 0.2),
             retry_backoff_cap_s=env_float(env, p + "RETRY_BACKOFF_CAP_S", 5.0),
-            db_pool_size=env_int(env, p + "DB_POOL_SIZE", 4),
+            db_pool_size=env_int(env, p + "DB_POOL_SIZE", 6),
             host=env_str(env, p + "HOST", "127.0.0.1"),
             port=env_int(env, p + "PORT", 8083),
         )
@@ -63,6 +66,10 @@ class PersisterSettings:
     def validate(self) -> None:
         if not 1 <= self.max_batch <= 50_000:
             raise SettingsError(f"{PREFIX}MAX_BATCH must be 1..50000, got {self.max_batch}")
+        if not 1 <= self.write_concurrency <= 32:
+            raise SettingsError(f"{PREFIX}WRITE_CONCURRENCY must be 1..32")
+        if self.db_pool_size < self.write_concurrency:
+            raise SettingsError(f"{PREFIX}DB_POOL_SIZE must be >= WRITE_CONCURRENCY")
         if self.max_wait_ms < 0:
             raise SettingsError(f"{PREFIX}MAX_WAIT_MS must be >= 0, got {self.max_wait_ms}")
         if not 0 < self.retry_backoff_base_s <= self.retry_backoff_cap_s:

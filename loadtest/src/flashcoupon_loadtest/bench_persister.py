@@ -1,0 +1,276 @@
+"""`make bench-persister`: rows/s into MariaDB through the real persister vs a plain executemany.
+
+    uv run python -m flashcoupon_loadtest.bench_persister [--records 200000] [--batch 2000]
+
+1. Produces N CouponIssued records to a fresh 6-partition topic (a backlog, as after a burst).
+2. Runs the persister (real consumer, writer, commits) on a fresh migrated database and
+   measures the time until every offset is committed (lag 0) and the sustained rows/s (the
+   rate between 10 % and 90 % of the rows, sampled every 250 ms).
+3. The ceiling: the same rows through a plain `cursor.executemany` of INSERT into another fresh
+   database, one commit per chunk, no Kafka, no decoding, no duplicate checks.
+Prints the ratio and writes loadtest/results/bench-persister.json. Uses the local stack
+(FLASHCOUPON_KAFKA_BOOTSTRAP / FLASHCOUPON_MYSQL_URL); fresh names, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from flashcoupon_common.db.migrate import upgrade
+from flashcoupon_common.messages import CouponIssued, Discount
+from flashcoupon_common.settings import KafkaSettings, MysqlSettings
+from flashcoupon_persister import metrics
+from flashcoupon_persister.service import running
+from flashcoupon_persister.settings import PersisterSettings
+from flashcoupon_persister.writer import INSERT_SQL, to_row
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+PARTITIONS = 6
+
+
+def make_coupons(event_id: str, n: int) -> list[CouponIssued]:
+    now = int(time.time() * 1000)
+    return [
+        CouponIssued(
+            event_id=event_id,
+            user_id=f"user-{i:09d}",
+            seq=1,
+            code=f"B{i:09d}{event_id[-8:].upper()}",
+            tier="big" if i % 10 == 0 else "small",
+            discount=Discount("fixed", amount=10000)
+            if i % 10 == 0
+            else Discount("percent", percent=5, max_amount=3000),
+            issued_at_ms=now + i,
+            expires_at_ms=now + i + 720 * 3600 * 1000,
+            request_id=uuid.uuid4().hex,
+        )
+        for i in range(n)
+    ]
+
+
+async def fresh_database(base_url: str, name: str, event_id: str) -> tuple[str, AsyncEngine]:
+    admin = create_async_engine(base_url)
+    async with admin.begin() as conn:
+        await conn.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4"))
+    await admin.dispose()
+    url = make_url(base_url).set(database=name).render_as_string(hide_password=False)
+    await asyncio.to_thread(upgrade, url)
+    engine = create_async_engine(url, pool_size=2)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO coupon_events (id, title, quantity, per_user_limit, start_at,"
+                " end_at, valid_for_seconds, spec) VALUES (:id, 'bench', 10000000, 1,"
+                " NOW(3), NOW(3) + INTERVAL 1 DAY, 2592000, '{}')"
+            ),
+            {"id": event_id},
+        )
+    return url, engine
+
+
+async def drop_database(base_url: str, name: str) -> None:
+    admin = create_async_engine(base_url)
+    async with admin.begin() as conn:
+        await conn.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+    await admin.dispose()
+
+
+async def produce(bootstrap: str, topic: str, coupons: list[CouponIssued]) -> float:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        enable_idempotence=True,
+        linger_ms=20,
+        max_batch_size=512 * 1024,
+        compression_type=None,
+    )
+    await producer.start()
+    started = time.perf_counter()
+    try:
+        for i in range(0, len(coupons), 5000):
+            futures = [
+                await producer.send(topic, value=c.encode(), key=c.kafka_key())
+                for c in coupons[i : i + 5000]
+            ]
+            await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return time.perf_counter() - started
+
+
+async def committed_total(bootstrap: str, group: str, topic: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return sum(max(0, m.offset) for tp, m in offsets.items() if tp.topic == topic)
+
+
+async def count(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        return (await conn.execute(text("SELECT COUNT(*) FROM user_coupons"))).scalar_one()
+
+
+def sustained_rate(samples: list[tuple[float, int]], total: int) -> float:
+    """Rows/s between the samples where 10 % and 90 % of the rows were in."""
+    lo = next((s for s in samples if s[1] >= total * 0.1), None)
+    hi = next((s for s in samples if s[1] >= total * 0.9), None)
+    if lo is None or hi is None or hi[0] <= lo[0]:
+        return 0.0
+    return (hi[1] - lo[1]) / (hi[0] - lo[0])
+
+
+async def run_persister(
+    bootstrap: str, url: str, engine: AsyncEngine, topic: str, total: int, batch: int
+) -> dict[str, Any]:
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    settings = PersisterSettings(
+        kafka=KafkaSettings(bootstrap),
+        mysql=MysqlSettings(url),
+        group_id=group,
+        topic=topic,
+        dlq_topic=f"{topic}-dlq",
+        max_batch=batch,
+        max_wait_ms=100,
+    )
+    samples: list[tuple[float, int]] = []
+    inserted = metrics.ROWS.labels("inserted")
+    base = inserted._value.get()
+    started = time.perf_counter()
+    async with running(settings) as loop:
+        while True:
+            await asyncio.sleep(0.25)
+            # The writer's own counter: a COUNT(*) here would compete with the inserts.
+            rows = int(inserted._value.get() - base)
+            samples.append((time.perf_counter() - started, rows))
+            if rows >= total and await committed_total(bootstrap, group, topic) >= total:
+                break
+            if time.perf_counter() - started > 900:
+                raise RuntimeError(f"persister did not drain: {rows}/{total} rows")
+        lag_zero_s = time.perf_counter() - started
+        batches = loop.batches_done
+    return {
+        "lag_zero_seconds": round(lag_zero_s, 2),
+        "rows_per_s_overall": round(total / lag_zero_s),
+        "rows_per_s_sustained": round(sustained_rate(samples, total)),
+        "batches": batches,
+        "mean_batch": round(total / max(1, batches)),
+    }
+
+
+async def run_ceiling(url: str, coupons: list[CouponIssued], chunk: int) -> dict[str, Any]:
+    """Plain executemany on one raw driver connection: the most a writer could hope for."""
+    engine = create_async_engine(url, pool_size=1)
+    rows = [to_row(c) for c in coupons]  # prepared up front: the ceiling is the DB's
+    plain = INSERT_SQL.split(" ON DUPLICATE")[0]
+    try:
+        async with engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver = raw.driver_connection
+            started = time.perf_counter()
+            for i in range(0, len(rows), chunk):
+                async with driver.cursor() as cur:
+                    await cur.executemany(plain, rows[i : i + chunk])
+                await driver.commit()
+            elapsed = time.perf_counter() - started
+            n = await count(engine)
+    finally:
+        await engine.dispose()
+    assert n == len(coupons), (n, len(coupons))
+    return {"seconds": round(elapsed, 2), "rows_per_s": round(len(rows) / elapsed)}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    kafka = KafkaSettings.from_env()
+    mysql = MysqlSettings.from_env()
+    tag = uuid.uuid4().hex[:8]
+    event_id = f"bench-{tag}"
+    topic = f"bench-persister-{tag}"
+    coupons = make_coupons(event_id, args.records)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    await admin.create_topics(
+        [
+            NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1),
+            NewTopic(f"{topic}-dlq", num_partitions=1, replication_factor=1),
+        ]
+    )
+    dbs = [f"bench_persister_{tag}", f"bench_ceiling_{tag}"]
+    try:
+        print(f"producing {args.records} records to {topic} ...", flush=True)
+        produce_s = await produce(kafka.bootstrap, topic, coupons)
+        print(f"  produced in {produce_s:.1f}s", flush=True)
+        url, engine = await fresh_database(mysql.url, dbs[0], event_id)
+        try:
+            print("persister: consuming the backlog into MariaDB ...", flush=True)
+            persister = await run_persister(
+                kafka.bootstrap, url, engine, topic, args.records, args.batch
+            )
+            assert await count(engine) == args.records
+        finally:
+            await engine.dispose()
+        print(f"  {persister}", flush=True)
+        url2, engine2 = await fresh_database(mysql.url, dbs[1], event_id)
+        await engine2.dispose()
+        print("ceiling: plain executemany of the same rows ...", flush=True)
+        ceiling = await run_ceiling(url2, coupons, args.batch)
+        print(f"  {ceiling}", flush=True)
+    finally:
+        await admin.delete_topics([topic, f"{topic}-dlq"])
+        await admin.close()
+        for db in dbs:
+            await drop_database(mysql.url, db)
+    ratio = persister["rows_per_s_sustained"] / ceiling["rows_per_s"]
+    return {
+        "benchmark": "persister",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "records": args.records,
+        "batch": args.batch,
+        "partitions": PARTITIONS,
+        "produce_seconds": round(produce_s, 2),
+        "persister": persister,
+        "ceiling_executemany": ceiling,
+        "ratio_sustained_to_ceiling": round(ratio, 3),
+        "targets": {"rows_per_s": 30000, "ratio": 0.25},
+        "meets_targets": persister["rows_per_s_sustained"] >= 30000 and ratio >= 0.25,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=2000, help="persister max batch")
+    parser.add_argument("--out", type=Path, default=RESULTS / "bench-persister.json")
+    args = parser.parse_args()
+    result = asyncio.run(main_async(args))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    p, c = result["persister"], result["ceiling_executemany"]
+    print(
+        f"\npersister sustained {p['rows_per_s_sustained']:,} rows/s "
+        f"(overall {p['rows_per_s_overall']:,}; lag 0 after {p['lag_zero_seconds']}s)\n"
+        f"ceiling executemany {c['rows_per_s']:,} rows/s\n"
+        f"ratio {result['ratio_sustained_to_ceiling']:.2f}  "
+        f"(targets: >= 30,000 rows/s and >= 0.25) -> "
+        f"{'MET' if result['meets_targets'] else 'NOT MET'}\nwritten {args.out}"
+    )
+
+
+if __name__ == "__main__":
+    main()
