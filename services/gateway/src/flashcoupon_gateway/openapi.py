@@ -256,3 +256,13 @@ OPENAPI: dict[str, Any] = {
         },
     },
 }
+
+
+if __name__ == "__main__":
+    import sys
+
+    import orjson
+
+    sys.stdout.buffer.write(
+        orjson.dumps(OPENAPI, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    )
