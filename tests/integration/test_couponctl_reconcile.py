@@ -256,3 +256,39 @@ async def test_deleted_name_without_coupons_can_be_applied_again(
 async def test_status_of_unknown_event(redis_cluster: Any, engine: AsyncEngine) -> None:
     with pytest.raises(runtime.NotFound):
         await runtime.status(redis_cluster, engine, random_name("nope"))
+
+
+async def test_issuance_racing_a_lowering_is_refused_and_catalog_restored(
+    stack: Any, redis_cluster: Any, engine: AsyncEngine, names: list[str]
+) -> None:
+    from redis.cluster import ClusterNode, RedisCluster
+
+    # One tier, so that only the total decides (per-tier room is random with several).
+    only = (dataclasses.replace(BIG, share=100),)
+    spec = dataclasses.replace(make_spec(new_name(names), quantity=20), tiers=only)
+    await runtime.apply(spec, redis=redis_cluster, engine=engine)
+    await issue(redis_cluster, spec.event_id, 10)
+    shoppers = RedisCluster(startup_nodes=[ClusterNode(h, p) for h, p in stack.redis.nodes])
+
+    def shoppers_arrive(done: int, total: int) -> None:
+        # Between the plan (10 issued: lowering to 12 is fine) and the preload, 5 more win.
+        if done == 0:
+            for i in range(5):
+                reply = shoppers.eval(
+                    ISSUE.source, 4, *keys.issue_keys(spec.event_id), f"late{i}", f"rl{i}", ""
+                )
+                assert reply[0] == b"ISSUED"
+
+    lowered = dataclasses.replace(spec, quantity=12)
+    try:
+        with pytest.raises(runtime.Rejected) as info:
+            await runtime.apply(
+                lowered, redis=redis_cluster, engine=engine, progress=shoppers_arrive
+            )
+    finally:
+        shoppers.close()
+    assert "lowering below issued is refused" in str(info.value)
+    state = await event_state.read_state(redis_cluster, spec.event_id)
+    assert state is not None and (state.quantity, state.issued) == (20, 15)
+    row = await catalog.read_event(engine, spec.event_id)
+    assert row is not None and row.quantity == 20

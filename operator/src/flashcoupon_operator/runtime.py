@@ -115,8 +115,12 @@ async def apply(
             try:
                 await event_state.provision(redis, desired, progress=progress)
             except event_state.ProvisionError as exc:
-                # Issuance raced the plan (e.g. more issued since we read): refuse like a plan.
-                raise Rejected(Plan(desired.event_id, changes=decided.changes, rejection=str(exc)))
+                # Issuance raced the plan (more issued since we read): refuse like a plan, and
+                # put back the catalog row so MySQL keeps describing what Redis runs.
+                if observed.provisioned is not None:
+                    await catalog.upsert_event(engine, observed.provisioned)
+                refused = Plan(desired.event_id, changes=decided.changes, rejection=str(exc))
+                raise Rejected(refused) from None
             if paused and Action.RESET_STATE in decided.actions:
                 # A re-preload starts from scratch; an emergency pause must survive it.
                 await event_state.set_paused(redis, desired.event_id, True)
