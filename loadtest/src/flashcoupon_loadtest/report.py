@@ -43,6 +43,9 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"{report['persisted']:,} / {report['redis_issued']:,})",
         f"  retries       {s['retry_mismatches']} Idempotency-Key replays contradicted "
         "their first answer",
+        f"  driver        {report['driver_cpu_seconds']:.1f} CPU-s for {s['requests']:,} requests "
+        f"({report['driver_cpu_seconds'] / max(1e-9, report['burst_seconds']):.0%} of one core "
+        "during the burst)",
         f"  wall time     {_s(report['wall_seconds'])} (services up, event applied, burst, drain, "
         "checks)",
         "",
