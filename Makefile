@@ -68,4 +68,5 @@ bench-gateway: stack-up ## issuer direct vs through the gateway, in loadtest/res
 	$(RUN) python -m flashcoupon_loadtest.bench_gateway
 
 bench: stack-up ## every benchmark plus the end-to-end burst, one table
+	$(RUN) pytest tests/bench -s -q -p no:cacheprovider
 	$(RUN) python -m flashcoupon_loadtest.bench_all
