@@ -336,3 +336,29 @@ def test_app_serves_readiness_and_metrics_while_relaying(stack, request) -> None
             assert client.get("/healthz").status_code == 200
         finally:
             client.portal.call(cleanup_event, redis, event_id)
+
+
+async def test_producer_is_rebuilt_once_per_generation_after_a_fatal_error(stack) -> None:
+    from aiokafka.errors import OutOfOrderSequenceNumber
+    from flashcoupon_issuer.relay_metrics import RelayMetrics
+    from flashcoupon_issuer.relay_producer import ProducerHolder, default_producer_factory
+
+    settings = relay_settings(stack.env(), "unused", random_name("t-relay"))
+    metrics = RelayMetrics()
+    holder = ProducerHolder(default_producer_factory(settings), metrics)
+    try:
+        first, gen = await holder.get()
+        assert first._txn_manager is not None and first._sender._acks == -1  # idempotent, all
+        # Three streams hit the same fatal error at once: one rebuild, not three.
+        fatal = OutOfOrderSequenceNumber()
+        await asyncio.gather(*(holder.recreate(gen, fatal) for _ in range(3)))
+        second, gen2 = await holder.get()
+        assert second is not first and gen2 == gen + 1
+        assert (
+            metrics.registry.get_sample_value("flashcoupon_relay_producer_recreations_total") == 1
+        )
+        await holder.recreate(gen, fatal)  # a late report about the old producer: ignored
+        assert (await holder.get())[0] is second
+        assert await holder.ready()
+    finally:
+        await holder.close()

@@ -1,0 +1,126 @@
+"""Relay throughput: outbox entries → Kafka records per second (printed, never asserted).
+
+    uv run pytest tests/bench/test_relay_throughput.py -s -q
+
+Writes N entries into a fresh event's outbox first, then times relays draining it into a fresh
+6-partition topic (like coupon-issued), and compares with the naive relay the DESIGN.md
+pitfalls warn about (send_and_wait per record). FLASHCOUPON_BENCH_RELAY_ENTRIES sets N.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import httpx
+from aiokafka import AIOKafkaProducer
+from flashcoupon_issuer.relay import Relay
+
+from tests.conftest import random_name
+from tests.e2e.test_relay_sigkill import start_relay
+from tests.integration.test_relay_pipeline import (
+    cleanup_event,
+    codes_of,
+    create_topics,
+    make_coupons,
+    outbox_drained,
+    read_all,
+    register,
+    relay_settings,
+    running,
+    wait_until,
+    write_outbox,
+)
+
+N = int(os.environ.get("FLASHCOUPON_BENCH_RELAY_ENTRIES", "50000"))
+NAIVE_N = 2000
+
+
+async def _drain_rate(stack, redis, relays: int, n: int, **kw) -> float:
+    event_id, topic = random_name("bench"), random_name("t-bench")
+    await create_topics(stack.kafka.bootstrap, topic, topic + "-dlq", partitions=6)
+    try:
+        await register(redis, event_id)
+        await write_outbox(redis, make_coupons(event_id, n, users=n // 3), chunk=2000)
+        instances = [
+            Relay(relay_settings(stack.env(), event_id, topic, **kw), redis) for _ in range(relays)
+        ]
+        started = time.perf_counter()
+        async with contextlib.AsyncExitStack() as stack_of_relays:
+            for relay in instances:
+                await stack_of_relays.enter_async_context(running(relay))
+            await wait_until(lambda: outbox_drained(redis, event_id), within=600, interval=0.05)
+            elapsed = time.perf_counter() - started
+        codes = codes_of(await read_all(stack.kafka.bootstrap, topic))
+        assert len(set(codes)) == n
+        return n / elapsed
+    finally:
+        await cleanup_event(redis, event_id)
+
+
+async def _naive_rate(stack, n: int) -> float:
+    """What the pitfall looks like: one send_and_wait per record."""
+    topic = random_name("t-bench")
+    await create_topics(stack.kafka.bootstrap, topic, partitions=6)
+    coupons = make_coupons(random_name("bench"), n)
+    producer = AIOKafkaProducer(bootstrap_servers=stack.kafka.bootstrap, enable_idempotence=True)
+    await producer.start()
+    try:
+        started = time.perf_counter()
+        for c in coupons:
+            await producer.send_and_wait(topic, c.encode(), key=c.kafka_key())
+        return n / (time.perf_counter() - started)
+    finally:
+        await producer.stop()
+
+
+async def _process_rate(stack, redis, processes: int, n: int, tmp: Path) -> float:
+    """`processes` relay processes on one event; timed from the event's registration."""
+    event_id, topic = random_name("bench"), random_name("t-bench")
+    await create_topics(stack.kafka.bootstrap, topic, topic + "-dlq", partitions=6)
+    await write_outbox(redis, make_coupons(event_id, n, users=n // 3), chunk=2000)
+    procs = []
+    try:
+        for i in range(processes):
+            env = {"topic": topic, "dlq_topic": topic + "-dlq", "events": event_id}
+            env |= {"consumer": f"bench-{i}", "registry_refresh_ms": "100"}
+            procs.append(start_relay(stack.env(), tmp / "relays.log", **env))
+        async with httpx.AsyncClient() as http:
+            for _, port in procs:
+                await wait_until(lambda p=port: _ready(http, p), within=60, what="relay ready")
+        started = time.perf_counter()
+        await register(redis, event_id)
+        await wait_until(lambda: outbox_drained(redis, event_id), within=600, interval=0.05)
+        elapsed = time.perf_counter() - started
+        assert len(set(codes_of(await read_all(stack.kafka.bootstrap, topic)))) == n
+        return n / elapsed
+    finally:
+        for proc, _ in procs:
+            proc.terminate()
+            proc.wait(30)
+        await cleanup_event(redis, event_id)
+
+
+async def _ready(http: httpx.AsyncClient, port: int) -> bool:
+    try:
+        return (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def test_relay_throughput(stack, redis_cluster, tmp_path) -> None:
+    naive = await _naive_rate(stack, NAIVE_N)
+    one = await _drain_rate(stack, redis_cluster, 1, N, batch_size=1000)
+    proc1 = await _process_rate(stack, redis_cluster, 1, N, tmp_path)
+    proc2 = await _process_rate(stack, redis_cluster, 2, N, tmp_path)
+    print(f"\nrelay throughput, {N} entries, one event stream, 6 partitions, load {_load()}")
+    print(f"  naive send_and_wait per record : {naive:8.0f} records/s ({NAIVE_N} records)")
+    print(f"  relay in-process, batch 1000   : {one:8.0f} records/s ({one / naive:.1f}x naive)")
+    print(f"  1 relay process                : {proc1:8.0f} records/s ({proc1 / naive:.1f}x naive)")
+    print(f"  2 relay processes              : {proc2:8.0f} records/s ({proc2 / proc1:.2f}x one)")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cpus"
