@@ -2,8 +2,8 @@
 
 Redemption needs no lock: the UPDATE's WHERE clause (owner, status='issued', not expired) is
 the decision, and InnoDB serialises concurrent UPDATEs of one row, so exactly one of them
-matches. Every read runs in a fresh connection/transaction: under REPEATABLE READ a read in
-the same transaction as an earlier SELECT would see the old snapshot, not the winner's commit.
+matches. Every statement ends its own transaction: under REPEATABLE READ a read in the same
+transaction as an earlier SELECT would see the old snapshot, not the winner's commit.
 Times in DATETIME columns are UTC, compared with UTC_TIMESTAMP(3) so the server's time zone
 does not matter.
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 from flashcoupon_common.db.schema import coupon_events, user_coupons
 from flashcoupon_common.messages import Discount
-from sqlalchemy import Row, and_, case, func, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Row, Update, and_, case, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from flashcoupon_persister.wallet.redemption import (
     CouponRow,
@@ -75,9 +75,10 @@ def _to_row(r: Row[Any]) -> CouponRow:
     )
 
 
-async def fetch_coupon(engine: AsyncEngine, code: str) -> CouponRow | None:
-    async with engine.connect() as conn:
-        r = (await conn.execute(select(*_COLUMNS).where(uc.c.code == code))).first()
+async def _fetch(conn: AsyncConnection, code: str) -> CouponRow | None:
+    r = (await conn.execute(select(*_COLUMNS).where(uc.c.code == code))).first()
+    # End the read's transaction: the next statement must see what others committed since.
+    await conn.rollback()
     return None if r is None else _to_row(r)
 
 
@@ -109,9 +110,9 @@ async def event_counts(engine: AsyncEngine, event_id: str) -> tuple[bool, int, i
     return known, int(persisted), int(redeemed)
 
 
-async def try_redeem(engine: AsyncEngine, r: Redemption) -> bool:
-    """The one conditional UPDATE; True when this call redeemed the coupon."""
-    stmt = (
+def _redeem_update(r: Redemption) -> Update:
+    """The one conditional UPDATE: it matches only an unexpired, issued coupon of this user."""
+    return (
         update(uc)
         .where(
             and_(
@@ -129,9 +130,6 @@ async def try_redeem(engine: AsyncEngine, r: Redemption) -> bool:
             redeemed_at=r.redeemed_at.astimezone(UTC).replace(tzinfo=None),
         )
     )
-    async with engine.begin() as conn:
-        result = await conn.execute(stmt)
-    return result.rowcount == 1
 
 
 async def redeem(
@@ -139,20 +137,24 @@ async def redeem(
 ) -> tuple[Redemption, bool]:
     """Redeem or explain; returns (answer, True if this call did the redemption).
 
-    Raises a RedemptionError subclass for every refusal.
+    Raises a RedemptionError subclass for every refusal. One pooled connection serves the
+    whole request; each statement runs in its own short transaction.
     """
-    row = check_redeemable(await fetch_coupon(engine, code), user_id)
-    for _ in range(2):
-        if row.status == "issued" and not row.expired:
-            attempt = plan(row, req, datetime.now(UTC))
-            if await try_redeem(engine, attempt):
-                return attempt, True
-            fresh = await fetch_coupon(engine, code)
-        else:
-            fresh = row
-        replay = explain_miss(fresh, user_id, req)
-        if replay is not None:
-            return replay, False
-        assert fresh is not None  # explain_miss raised CouponNotFound otherwise
-        row = fresh
+    async with engine.connect() as conn:
+        row = check_redeemable(await _fetch(conn, code), user_id)
+        for _ in range(2):
+            if row.status == "issued" and not row.expired:
+                attempt = plan(row, req, datetime.now(UTC))
+                won = (await conn.execute(_redeem_update(attempt))).rowcount == 1
+                await conn.commit()
+                if won:
+                    return attempt, True
+                fresh = await _fetch(conn, code)
+            else:
+                fresh = row
+            replay = explain_miss(fresh, user_id, req)
+            if replay is not None:
+                return replay, False
+            assert fresh is not None  # explain_miss raised CouponNotFound otherwise
+            row = fresh
     raise TryAgain("the coupon changed while redeeming it; retry the request")
