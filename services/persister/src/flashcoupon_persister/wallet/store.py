@@ -15,7 +15,7 @@ from typing import Any
 
 from flashcoupon_common.db.schema import coupon_events, user_coupons
 from flashcoupon_common.messages import Discount
-from sqlalchemy import Row, Update, and_, case, func, select, update
+from sqlalchemy import Row, Update, and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from flashcoupon_persister.wallet.redemption import (
@@ -95,19 +95,22 @@ async def list_user_coupons(engine: AsyncEngine, user_id: str, limit: int) -> li
 
 
 async def event_counts(engine: AsyncEngine, event_id: str) -> tuple[bool, int, int]:
-    """(event known, persisted rows, redeemed rows); served by ix_user_coupons_event_status."""
-    counts = select(
-        func.count(),
-        func.coalesce(func.sum(case((uc.c.status == "redeemed", 1), else_=0)), 0),
-    ).where(uc.c.event_id == event_id)
+    """(event known, persisted rows, redeemed rows).
+
+    GROUP BY status over ix_user_coupons_event_status is an index-only range scan; its cost
+    grows with the event's rows (see docs/wallet.md).
+    """
+    by_status = (
+        select(uc.c.status, func.count()).where(uc.c.event_id == event_id).group_by(uc.c.status)
+    )
     async with engine.connect() as conn:
-        persisted, redeemed = (await conn.execute(counts)).one()
+        counts = {status: int(n) for status, n in await conn.execute(by_status)}
         known = (
-            persisted > 0
+            bool(counts)
             or (await conn.scalar(select(coupon_events.c.id).where(coupon_events.c.id == event_id)))
             is not None
         )
-    return known, int(persisted), int(redeemed)
+    return known, sum(counts.values()), counts.get("redeemed", 0)
 
 
 def _redeem_update(r: Redemption) -> Update:
