@@ -38,6 +38,10 @@ stack-reset: ## stop the stack and wipe its data
 migrate: ## run the MySQL schema migrations
 	$(RUN) flashcoupon-migrate upgrade
 
+.PHONY: audit
+audit: ## compare Redis issued records with MySQL rows for every event (docs/auditor.md)
+	$(RUN) flashcoupon-auditor --all
+
 lint: ## ruff lint and format check, import layering contracts
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
