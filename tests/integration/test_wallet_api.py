@@ -334,3 +334,29 @@ async def test_database_unreachable_is_503_not_500(stack: Stack, kafka_topic: st
         r = await c.get("/readyz")
         assert r.status_code == 503
         assert (await c.get("/healthz")).status_code == 200
+
+
+async def test_concurrent_retries_of_one_order_all_get_the_same_answer(
+    stack: Stack, mysql_url: str, mysql_engine: AsyncEngine, kafka_topic: str
+) -> None:
+    # A client that times out and retries hard: 50 copies of the same request at once.
+    event = random_name("ev")
+    await add_event(mysql_engine, event)
+    code = await add_coupon(mysql_engine, event, "alice")
+    app = create_app(wallet_settings(stack, mysql_url, kafka_topic))
+    async with serve(app) as c:
+        answers = await asyncio.gather(
+            *(
+                c.post(
+                    f"/v1/coupons/{code}/redeem",
+                    json={"orderId": "same-order", "orderAmount": 12_345},
+                    headers={USER: "alice"},
+                )
+                for _ in range(50)
+            )
+        )
+    assert {r.status_code for r in answers} == {200}
+    assert len({r.content for r in answers}) == 1
+    assert sum(r.headers.get("idempotent-replayed") != "true" for r in answers) == 1
+    values = await consume_all(stack, kafka_topic, want=1)
+    assert [CouponRedeemed.decode(v).order_id for v in values] == ["same-order"]
