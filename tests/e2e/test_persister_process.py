@@ -126,6 +126,18 @@ async def test_sigkill_mid_batch_then_restart_loses_and_doubles_nothing(
     try:
         assert await wait_until(lambda: _drained(bootstrap, group, topic), 120)
         assert await wait_until(second.ready, 30)
+        async with httpx.AsyncClient() as client:
+            base = f"http://127.0.0.1:{second.port}"
+            health = await client.get(f"{base}/healthz")
+            text = (await client.get(f"{base}/metrics")).text
+        assert health.status_code == 200
+        for name in (
+            "flashcoupon_persister_rows_total",
+            "flashcoupon_persister_batch_size_bucket",
+            "flashcoupon_persister_db_write_seconds_bucket",
+            f'flashcoupon_persister_consumer_lag{{partition="0",topic="{topic}"}}',
+        ):
+            assert name in text, name
         second.terminate()
     finally:
         second.cleanup()

@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 from flashcoupon_common.db.migrate import upgrade
 from flashcoupon_persister import metrics
-from flashcoupon_persister.service import running
+from flashcoupon_persister.app import create_app
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -59,11 +60,22 @@ async def test_database_outage_loses_nothing_and_lag_drains(stack: Stack) -> Non
         settings = settings_for(
             bootstrap, url, topic, dlq, group, retry_backoff_base_s=0.2, retry_backoff_cap_s=2.0
         )
-        async with running(settings):
+        app = create_app(settings)
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://p")
+        async with app.router.lifespan_context(app), http:
+
+            async def ready() -> bool:
+                return (await http.get("/readyz")).status_code == 200
+
             producer = asyncio.create_task(stream())
-            await asyncio.sleep(5)
+            assert await wait_until(ready, 20)
+            await asyncio.sleep(3)
             await asyncio.to_thread(db.stop)
-            await asyncio.sleep(20)
+            await asyncio.sleep(5)
+            unready = await http.get("/readyz")
+            assert unready.status_code == 503
+            assert unready.json()["checks"] == {"database": False, "assigned": True}
+            await asyncio.sleep(15)
             await asyncio.to_thread(db.start)
             restarted = time.monotonic()
             await producer
@@ -75,12 +87,15 @@ async def test_database_outage_loses_nothing_and_lag_drains(stack: Stack) -> Non
 
             assert await wait_until(drained, 90)
             drain_s = time.monotonic() - restarted
-            assert all(
-                s.value == 0
+            await asyncio.sleep(1)  # one more loop round refreshes the lag gauges
+            lags = [
+                s.value
                 for m in metrics.LAG.collect()
                 for s in m.samples
                 if s.labels.get("topic") == topic
-            )
+            ]
+            assert len(lags) == 3 and all(v == 0 for v in lags), lags
+            assert await ready()
         print(f"drained {drain_s:.1f}s after the restart (stream itself lasted ~40s)")
         assert metrics.RETRIES.labels("db")._value.get() > retries_before
         stored = await codes(engine, event)
