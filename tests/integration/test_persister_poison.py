@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flashcoupon_persister import metrics
+from flashcoupon_persister.replay import replay
 from flashcoupon_persister.service import running
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -83,6 +84,45 @@ async def test_poison_goes_to_dlq_and_later_records_are_persisted(
         assert dict(by_offset[7].headers)["original-topic"] == topic.encode()
         assert dict(by_offset[7].headers)["original-partition"] == b"0"
         assert by_offset[7].value == code_clash.encode()
+    finally:
+        await engine.dispose()
+        await delete_topics(bootstrap, topic, dlq)
+
+
+async def test_dead_letter_replayed_after_the_fix_is_persisted(
+    stack: Stack, mysql_url: str
+) -> None:
+    """A record dead-lettered for a missing catalog row is stored once the row exists."""
+    bootstrap = stack.kafka.bootstrap
+    topic = await create_topic(bootstrap, 1)
+    dlq = await create_topic(bootstrap, 1, prefix="dlq")
+    engine = create_async_engine(mysql_url)
+    try:
+        late_event = random_name("late")  # its catalog row arrives after its coupons
+        orphans = [coupon(late_event, n) for n in range(3)]
+        junk = [(b"k", b"not json")]
+        await produce(bootstrap, topic, [*junk, *((c.kafka_key(), c.encode()) for c in orphans)])
+        group = random_name("g")
+        settings = settings_for(bootstrap, mysql_url, topic, dlq, group)
+        async with running(settings):
+            assert len(await read_all(bootstrap, dlq, 4, within=30)) == 4
+            assert await count_rows(engine, late_event) == 0
+
+            listing = await replay(settings.kafka, dlq)  # list only
+            assert (listing.scanned, listing.replayed) == (4, 0)
+            assert listing.by_code == {"SCHEMA_ERROR": 1, "MYSQL_1452": 3}
+
+            await insert_event(engine, late_event)
+            done = await replay(settings.kafka, dlq, code="MYSQL_1452", apply=True)
+            assert (done.matched, done.replayed, done.end_offsets) == (3, 3, {0: 4})
+
+            async def stored() -> bool:
+                return await count_rows(engine, late_event) == 3
+
+            assert await wait_until(stored, 30)
+        assert await codes(engine, late_event) == sorted(c.code for c in orphans)
+        # Nothing new was dead-lettered by the replay.
+        assert len(await read_all(bootstrap, dlq, 5, within=3)) == 4
     finally:
         await engine.dispose()
         await delete_topics(bootstrap, topic, dlq)
