@@ -110,6 +110,13 @@ def test_settings_from_env_and_validation() -> None:
     assert (s.max_batch, s.group_id, s.topic, s.port) == (100, "g", "coupon-issued", 8083)
     with pytest.raises(SettingsError, match="FLASHCOUPON_PERSISTER_MAX_BATCH"):
         PersisterSettings.from_env({"FLASHCOUPON_PERSISTER_MAX_BATCH": "0"})
+    with pytest.raises(SettingsError, match="DB_POOL_SIZE"):
+        PersisterSettings.from_env(
+            {
+                "FLASHCOUPON_PERSISTER_WRITE_CONCURRENCY": "8",
+                "FLASHCOUPON_PERSISTER_DB_POOL_SIZE": "4",
+            }
+        )
     with pytest.raises(SettingsError, match="DLQ_TOPIC"):
         PersisterSettings(
             KafkaSettings("k:1"), MysqlSettings("mysql+asyncmy://x"), dlq_topic="coupon-issued"

@@ -17,7 +17,7 @@ ROWS = Counter(
 )
 DB_WRITE_SECONDS = Histogram(
     "flashcoupon_persister_db_write_seconds",
-    "Time to write one batch (transaction included), successful attempts",
+    "Time to write one batch, transaction and transient-failure retries included",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 DLQ = Counter(
