@@ -76,7 +76,13 @@ async def _naive_rate(stack, n: int) -> float:
         await producer.stop()
 
 
-async def _process_rate(stack, redis, processes: int, n: int, tmp: Path) -> float:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc): the load-independent cost."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _process_rate(stack, redis, processes: int, n: int, tmp: Path) -> tuple[float, float]:
     """`processes` relay processes on one event; timed from the event's registration."""
     event_id, topic = random_name("bench"), random_name("t-bench")
     await create_topics(stack.kafka.bootstrap, topic, topic + "-dlq", partitions=6)
@@ -90,12 +96,14 @@ async def _process_rate(stack, redis, processes: int, n: int, tmp: Path) -> floa
         async with httpx.AsyncClient() as http:
             for _, port in procs:
                 await wait_until(lambda p=port: _ready(http, p), within=60, what="relay ready")
+        cpu_before = sum(_cpu_seconds(p.pid) for p, _ in procs)
         started = time.perf_counter()
         await register(redis, event_id)
         await wait_until(lambda: outbox_drained(redis, event_id), within=600, interval=0.05)
         elapsed = time.perf_counter() - started
+        cpu = sum(_cpu_seconds(p.pid) for p, _ in procs) - cpu_before
         assert len(set(codes_of(await read_all(stack.kafka.bootstrap, topic)))) == n
-        return n / elapsed
+        return n / elapsed, cpu * 1e6 / n
     finally:
         for proc, _ in procs:
             proc.terminate()
@@ -113,13 +121,19 @@ async def _ready(http: httpx.AsyncClient, port: int) -> bool:
 async def test_relay_throughput(stack, redis_cluster, tmp_path) -> None:
     naive = await _naive_rate(stack, NAIVE_N)
     one = await _drain_rate(stack, redis_cluster, 1, N, batch_size=1000)
-    proc1 = await _process_rate(stack, redis_cluster, 1, N, tmp_path)
-    proc2 = await _process_rate(stack, redis_cluster, 2, N, tmp_path)
+    proc1, cpu1 = await _process_rate(stack, redis_cluster, 1, N, tmp_path)
+    proc2, cpu2 = await _process_rate(stack, redis_cluster, 2, N, tmp_path)
     print(f"\nrelay throughput, {N} entries, one event stream, 6 partitions, load {_load()}")
     print(f"  naive send_and_wait per record : {naive:8.0f} records/s ({NAIVE_N} records)")
     print(f"  relay in-process, batch 1000   : {one:8.0f} records/s ({one / naive:.1f}x naive)")
-    print(f"  1 relay process                : {proc1:8.0f} records/s ({proc1 / naive:.1f}x naive)")
-    print(f"  2 relay processes              : {proc2:8.0f} records/s ({proc2 / proc1:.2f}x one)")
+    print(
+        f"  1 relay process                : {proc1:8.0f} records/s ({proc1 / naive:.1f}x naive)"
+        f", {cpu1:.0f} CPU-us/record (ceiling {1e6 / cpu1:.0f}/s per core)"
+    )
+    print(
+        f"  2 relay processes              : {proc2:8.0f} records/s ({proc2 / proc1:.2f}x one)"
+        f", {cpu2:.0f} CPU-us/record"
+    )
 
 
 def _load() -> str:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import orjson
 import pytest
 from aiokafka import errors as kafka_errors
+from aiokafka.partitioner import DefaultPartitioner
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import SettingsError
 from flashcoupon_issuer.relay_policy import (
     MAX_RECORD_BYTES,
     Outgoing,
     backoff_delay,
+    by_partition,
     consumers_to_forget,
     entry_age_seconds,
     needs_new_producer,
@@ -87,8 +89,23 @@ def test_deleted_pending_entries_are_only_acknowledged() -> None:
     assert [o.entry_id for o in p.outgoing] == ["4-1"]
 
 
-def _out(i: int) -> Outgoing:
-    return Outgoing(str(i), "t", b"k", b"v", [])
+def _out(i: int, key: bytes = b"k", topic: str = "t") -> Outgoing:
+    return Outgoing(str(i), topic, key, b"v", [])
+
+
+def test_records_are_grouped_per_partition_as_the_default_partitioner_would() -> None:
+    partitioner = DefaultPartitioner()
+    batch = [_out(i, f"user-{i % 7}".encode()) for i in range(50)] + [_out(50, b"ev", "dlq")]
+    groups = by_partition(batch, {"t": [0, 1, 2, 3, 4, 5], "dlq": [0]}, partitioner)
+    assert sorted(i for idx in groups.values() for i in idx) == list(range(51))  # each once
+    for (topic, partition), indices in groups.items():
+        assert indices == sorted(indices)  # batch order kept: a user's records stay in order
+        for i in indices:
+            parts = [0] if topic == "dlq" else [0, 1, 2, 3, 4, 5]
+            assert batch[i].topic == topic
+            assert partitioner(batch[i].key, parts, parts) == partition
+    # One user, one partition.
+    assert len({p for (t, p), idx in groups.items() for i in idx if batch[i].key == b"user-3"}) == 1
 
 
 def test_split_results_acks_only_what_kafka_acknowledged() -> None:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from aiokafka.partitioner import DefaultPartitioner
 from flashcoupon_common import keys
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
@@ -27,6 +28,7 @@ from flashcoupon_issuer.relay_metrics import RelayMetrics
 from flashcoupon_issuer.relay_policy import (
     Outgoing,
     backoff_delay,
+    by_partition,
     consumers_to_forget,
     entry_age_seconds,
     needs_new_producer,
@@ -44,6 +46,8 @@ from flashcoupon_issuer.relay_settings import RelaySettings
 logger = logging.getLogger(__name__)
 
 GROUP = keys.RELAY_GROUP
+# The producer's own default: murmur2 of the key, as the Java client does.
+_PARTITIONER = DefaultPartitioner()
 Entries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
@@ -325,7 +329,12 @@ class Relay:
                 )
 
     async def _send(self, batch: list[Outgoing]) -> tuple[list[Any], int | None]:
-        """One attempt: every record's outcome (a metadata object or an exception)."""
+        """One attempt: every record's outcome (a metadata object or an exception).
+
+        Records go out as one record batch per partition (create_batch/send_batch): one
+        future per partition instead of one per record. A partition's batch succeeds or
+        fails as a whole, and so do its records here.
+        """
         s = self.settings
         try:
             producer, generation = await self._producer.get()
@@ -335,27 +344,49 @@ class Relay:
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + s.delivery_timeout_ms / 1000
+        owner: list[asyncio.Future[Any] | None] = [None] * len(batch)
         futures: list[asyncio.Future[Any]] = []
         error: BaseException = TimeoutError(f"no Kafka ack within {s.delivery_timeout_ms} ms")
+
+        async def submit(builder: Any, topic: str, partition: int, members: list[int]) -> None:
+            future = await producer.send_batch(builder, topic, partition=partition)
+            futures.append(future)
+            for i in members:
+                owner[i] = future
+
         try:
             async with asyncio.timeout_at(deadline):
-                for o in batch:
-                    futures.append(
-                        await producer.send(o.topic, o.value, key=o.key, headers=o.headers)
-                    )
-        except Exception as exc:  # noqa: BLE001 - send() refused (no metadata, closed, ...)
+                partitions = {
+                    t: sorted(await producer.partitions_for(t)) for t in {o.topic for o in batch}
+                }
+                groups = by_partition(batch, partitions, _PARTITIONER)
+                for (topic, partition), indices in groups.items():
+                    builder, members = producer.create_batch(), []
+                    for i in indices:
+                        o = batch[i]
+                        added = builder.append(
+                            timestamp=None, key=o.key, value=o.value, headers=o.headers
+                        )
+                        if added is None:  # builder full: submit it, start another
+                            await submit(builder, topic, partition, members)
+                            builder, members = producer.create_batch(), []
+                            builder.append(
+                                timestamp=None, key=o.key, value=o.value, headers=o.headers
+                            )
+                        members.append(i)
+                    await submit(builder, topic, partition, members)
+        except Exception as exc:  # noqa: BLE001 - refused (no metadata, closed, ...)
             error = exc
         if futures:
-            # asyncio.wait, not gather: a timeout must not cancel records already handed over.
+            # asyncio.wait, not gather: a timeout must not cancel batches already handed over.
             await asyncio.wait(futures, timeout=max(0.0, deadline - loop.time()))
         results: list[Any] = []
-        for i in range(len(batch)):
-            f = futures[i] if i < len(futures) else None
+        for f in owner:
             if f is None or not f.done() or f.cancelled():
                 results.append(error)
             else:
                 results.append(f.exception() or f.result())
-        if len(futures) == len(batch) and all(f.done() for f in futures):
+        if all(f is not None and f.done() for f in owner):
             self.metrics.ack_seconds.observe(loop.time() - started)
         return results, generation
 
