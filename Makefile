@@ -74,3 +74,7 @@ bench-gateway: stack-up ## issuer direct vs through the gateway, in loadtest/res
 bench: stack-up ## every benchmark plus the end-to-end burst, one table
 	$(RUN) pytest tests/bench -s -q -p no:cacheprovider
 	$(RUN) python -m flashcoupon_loadtest.bench_all
+
+.PHONY: crd-check
+crd-check: ## validate the CouponEvent CRD and examples with the API server's code (needs Go)
+	k8s/tools/crdcheck.sh

@@ -198,3 +198,17 @@ def test_bad_values_are_refused_by_both(field: str, value: Any) -> None:
     assert schema_errors(doc, SCHEMA), "the CRD schema accepted it"
     with pytest.raises(ManifestError):
         parse_manifest(doc)
+
+
+CRDCHECK_BAD = sorted((ROOT / "k8s/tools/crdcheck/testdata").glob("bad-*.yaml"))
+
+
+@pytest.mark.parametrize("path", CRDCHECK_BAD, ids=lambda p: p.name)
+def test_what_the_api_server_refuses_couponctl_refuses_too(path: Path) -> None:
+    # k8s/tools/crdcheck.sh shows the API server's validation refuses each of these files.
+    with pytest.raises(ManifestError):
+        parse_manifests(path.read_text())
+
+
+def test_there_are_api_server_fixtures() -> None:
+    assert len(CRDCHECK_BAD) >= 7
