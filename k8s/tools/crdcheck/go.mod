@@ -1,6 +1,6 @@
 module crdcheck
 
-go 1.26.8
+go 1.22.0
 
 require (
 	k8s.io/apiextensions-apiserver v0.31.4
