@@ -129,3 +129,13 @@ def test_bench_table_picks_rates_latencies_and_ratios() -> None:
         ("ratio_issuer_to_hello", 0.7),
         ("modes[naive].rps", 300.0),
     ]
+
+
+def test_demo_drain_figures_from_pipeline_samples() -> None:
+    from flashcoupon_loadtest.demo import _all_persisted_at, _persisted_after
+
+    samples = [(1.0, 10, 5), (2.0, 20, 19), (3.0, 20, 20), (4.0, 20, 20)]  # (t, issued, rows)
+    assert _all_persisted_at(samples) == 3.0
+    records = [rec(0.5, 0.1), rec(0.6, 0.2)]
+    assert _persisted_after({"sell_out_seconds": 1.5}, records, samples) == pytest.approx(1.0)
+    assert _persisted_after({"sell_out_seconds": None}, records, samples) is None

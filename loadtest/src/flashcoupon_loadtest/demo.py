@@ -242,7 +242,11 @@ async def _drop(
         "targets": targets,
         "summary": summary,
         "burst_seconds": burst_end - min(r.t_start for r in records),
-        "drain_seconds": None if drained_at is None else max(0.0, drained_at - burst_end),
+        # From the last answer until MySQL held everything (0 when it already did by then).
+        "drain_seconds": None
+        if drained_at is None
+        else max(0.0, _all_persisted_at(watch.samples) - burst_end),
+        "persisted_after_sell_out_seconds": _persisted_after(summary, records, watch.samples),
         "redis_issued": redis_issued,
         "persisted": persisted,
         "driver_cpu_seconds": result.cpu_seconds,
@@ -265,6 +269,22 @@ async def _drop(
     )
     print(f"report {json_path}\nplot   {png_path}")
     return 0 if passed else 1
+
+
+def _persisted_after(
+    summary: dict[str, Any], records: list[Any], samples: list[tuple[float, int, int]]
+) -> float | None:
+    """Seconds from the last coupon's answer until MySQL held every issued coupon."""
+    if summary["sell_out_seconds"] is None or not samples:
+        return None
+    sold_out_at = min(r.t_start for r in records) + summary["sell_out_seconds"]
+    return max(0.0, _all_persisted_at(samples) - sold_out_at)
+
+
+def _all_persisted_at(samples: list[tuple[float, int, int]]) -> float:
+    """When MySQL first held as many rows as Redis finally issued (the last sample if never)."""
+    final = samples[-1][1]
+    return next((t for t, _, persisted in samples if persisted >= final), samples[-1][0])
 
 
 def main(argv: list[str] | None = None) -> int:

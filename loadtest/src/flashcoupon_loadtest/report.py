@@ -40,7 +40,8 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"max {_ms(lat['max'])}",
         f"  sold out in   {_s(s['sell_out_seconds'])} (first press to the last coupon's answer)",
         f"  drain time    {_s(report['drain_seconds'])} (last answer to MySQL = Redis issued: "
-        f"{report['persisted']:,} / {report['redis_issued']:,})",
+        f"{report['persisted']:,} / {report['redis_issued']:,}); all persisted "
+        f"{_s(report.get('persisted_after_sell_out_seconds'))} after the last coupon's answer",
         f"  retries       {s['retry_mismatches']} Idempotency-Key replays contradicted "
         "their first answer",
         f"  driver        {report['driver_cpu_seconds']:.1f} CPU-s for {s['requests']:,} requests "
