@@ -228,7 +228,9 @@ async def test_undecodable_entry_is_dead_lettered_and_does_not_block(
     (letter,) = await read_all(stack.kafka.bootstrap, topic + "-dlq")
     body = orjson.loads(letter.value)
     assert body["fields"] == {"e": event, "u": "x", "s": "NaN"} and body["eventId"] == event
-    assert b"outbox entry" in dict(letter.headers)["dlq-reason"]
+    headers = dict(letter.headers)
+    assert headers["error-code"] == b"OUTBOX_UNDECODABLE"
+    assert b"outbox entry" in headers["error-detail"]
 
 
 async def test_entries_pending_on_a_dead_consumer_are_claimed(

@@ -70,7 +70,10 @@ def test_undecodable_entry_becomes_a_dead_letter_with_its_raw_fields() -> None:
     assert body["id"] == "2-0" and body["eventId"] == "ev1"
     assert body["fields"]["s"] == "not-a-number"
     assert body["fields"]["u"] == "\\xff\\xfe"  # undecodable bytes kept visible, not dropped
-    assert dict(letter.headers)["dlq-reason"]
+    headers = dict(letter.headers)
+    assert headers["reason"] == b"schema" and headers["error-code"] == b"OUTBOX_UNDECODABLE"
+    assert headers["dead-lettered-by"] == b"relay" and headers["outbox-id"] == b"2-0"
+    assert headers["error-detail"]
     assert [i for i, _ in p.poison] == ["2-0"]
     assert not good.dead_letter
 
@@ -80,6 +83,7 @@ def test_oversized_record_is_dead_lettered_truncated() -> None:
     p = plan([(b"3-0", as_stream(huge))])
     (letter,) = p.outgoing
     assert letter.dead_letter and len(letter.value) < 20_000
+    assert dict(letter.headers)["error-code"] == b"RECORD_TOO_LARGE"
 
 
 def test_deleted_pending_entries_are_only_acknowledged() -> None:

@@ -26,6 +26,10 @@ DLQ_FIELD_CHARS = 4_096
 
 Fields = Mapping[bytes | str, bytes | str]
 
+# `error-code` header values of the relay's dead letters.
+UNDECODABLE = "OUTBOX_UNDECODABLE"
+TOO_LARGE = "RECORD_TOO_LARGE"
+
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
@@ -54,15 +58,30 @@ def _text(v: bytes | str) -> str:
 
 
 def dead_letter(
-    stream: str, event_id: str, entry_id: str, fields: Fields, reason: str, topic: str
+    stream: str,
+    event_id: str,
+    entry_id: str,
+    fields: Fields,
+    detail: str,
+    topic: str,
+    code: str = UNDECODABLE,
 ) -> Outgoing:
-    """The raw entry, as JSON, with the reason: enough for a human to repair it by hand."""
+    """The raw entry, as JSON, with the reason: enough for a human to repair it by hand.
+
+    Headers follow the persister's dead-letter layout (same topic): `reason`, `error-code`,
+    `error-detail`; `dead-lettered-by: relay` and the stream coordinates say where it came
+    from. The value is not a coupon record, so it is not replayable as it is.
+    """
     raw = {_text(k)[:DLQ_FIELD_CHARS]: _text(v)[:DLQ_FIELD_CHARS] for k, v in fields.items()}
-    body = {"stream": stream, "id": entry_id, "eventId": event_id, "reason": reason, "fields": raw}
+    body = {"stream": stream, "id": entry_id, "eventId": event_id, "reason": detail, "fields": raw}
     headers = [
+        ("reason", b"schema"),
+        ("error-code", code.encode()),
+        ("error-detail", detail.encode()[:1000]),
+        ("dead-lettered-by", b"relay"),
         ("event-id", event_id.encode()),
+        ("outbox-stream", stream.encode()),
         ("outbox-id", entry_id.encode()),
-        ("dlq-reason", reason[:500].encode()),
     ]
     return Outgoing(entry_id, topic, event_id.encode(), orjson.dumps(body), headers, True)
 
@@ -82,15 +101,18 @@ def plan_batch(
         if not fields:  # XADD needs a field, so an empty entry is one deleted since reading
             plan.gone.append(entry_id)
             continue
+        code = UNDECODABLE
         try:
             record = CouponIssued.from_outbox(fields)
             value = record.encode()
             if len(value) > MAX_RECORD_BYTES:
+                code = TOO_LARGE
                 raise SchemaError(f"record is {len(value)} bytes, above {MAX_RECORD_BYTES}")
         except ValueError as exc:  # SchemaError, or bytes that are not UTF-8
             reason = str(exc) if isinstance(exc, SchemaError) else f"undecodable: {exc}"
             plan.poison.append((entry_id, reason))
-            plan.outgoing.append(dead_letter(stream, event_id, entry_id, fields, reason, dlq_topic))
+            letter = dead_letter(stream, event_id, entry_id, fields, reason, dlq_topic, code)
+            plan.outgoing.append(letter)
             continue
         headers = [
             ("request-id", record.request_id.encode()),
