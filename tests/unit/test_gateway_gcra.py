@@ -99,3 +99,22 @@ def test_rate_limited_problem_and_headers() -> None:
     assert exc.extra["scope"] == "user"
     ok = rate_headers([Outcome(check, True, 0, 3, 1_000_000), Outcome(check, True, 0, 1, 0)])
     assert ok["RateLimit-Remaining"] == "1"
+
+
+def test_want_grants_as_many_as_conform() -> None:
+    limit = gcra.Limit(per_second=10, burst=8)
+    d = gcra.decide(None, 0, limit, want=5)
+    assert d.granted == 5 and d.remaining == 3
+    d2 = gcra.decide(d.new_tat, 0, limit, want=5)
+    assert d2.granted == 3 and d2.remaining == 0  # only what is left
+    d3 = gcra.decide(d2.new_tat, 0, limit, want=5)
+    assert d3.granted == 0 and d3.retry_after_us == S // 10
+
+
+def test_lease_size_is_bounded_by_demand_burst_and_time() -> None:
+    from flashcoupon_gateway.ratelimit import lease_size
+
+    assert lease_size(gcra.Limit(2, 5), 1000) == 1  # a shopper's limit: always exact
+    assert lease_size(gcra.Limit(1000, 400), 3) == 3  # no more than local demand
+    assert lease_size(gcra.Limit(1000, 400), 1000) == 100  # 100 ms of the rate
+    assert lease_size(gcra.Limit(100_000, 200), 10_000) == 50  # a quarter of the burst

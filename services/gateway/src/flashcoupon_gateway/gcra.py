@@ -7,6 +7,9 @@ T = 1/rate. A request at `now` is allowed when TAT' = max(TAT, now) + T·cost st
 with one integer of state, no refill bookkeeping and an exact Retry-After. Times are integer
 microseconds of the Redis server's clock, so replicas never disagree about "now".
 
+`want` > 1 asks for several tokens at once (a lease, see ratelimit.py): as many as conform
+are granted, at least one or none.
+
 The deny-until cache is the per-process pre-limit: when Redis rejects a key with a
 retry-after, nobody (on any replica) can make that key conform before then — a rejection does
 not move TAT and other admissions only push it later — so answering 429 locally until then is
@@ -35,22 +38,28 @@ class Limit:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    allowed: bool
+    granted: int  # tokens granted (0: rejected)
     new_tat: int | None  # the TAT to store (None: unchanged, the request was rejected)
     retry_after_us: int  # 0 when allowed
-    remaining: int  # requests still allowed right now
+    remaining: int  # requests still allowed right now, after this grant
     reset_us: int  # until the bucket is full again
 
+    @property
+    def allowed(self) -> bool:
+        return self.granted > 0
 
-def decide(tat: int | None, now: int, limit: Limit, cost: int = 1) -> Decision:
+
+def decide(tat: int | None, now: int, limit: Limit, want: int = 1) -> Decision:
     t = limit.interval_us
     tolerance = t * limit.burst
     base = now if tat is None or tat < now else tat
-    new_tat = base + t * cost
-    diff = new_tat - now
-    if diff > tolerance:
-        return Decision(False, None, diff - tolerance, 0, base - now)
-    return Decision(True, new_tat, 0, (tolerance - diff) // t, diff)
+    room = tolerance - (base - now)  # capacity left, in microseconds of emission
+    affordable = room // t
+    if affordable < 1:
+        return Decision(0, None, t - room, 0, base - now)
+    n = min(want, affordable)
+    new_tat = base + n * t
+    return Decision(n, new_tat, 0, affordable - n, new_tat - now)
 
 
 def retry_after_seconds(retry_after_us: int) -> int:

@@ -6,8 +6,16 @@ sub-keys `{rl:ev:<event>:<shard>}` with rate/N each, so one hot event is served 
 nodes instead of pinning one. Each decision is one script call (lua/ratelimit.lua).
 
 Checks run in stages: client (IP and user, concurrently), then the event cap, so a request
-the per-user limit refuses never spends the event's admission budget. A key Redis rejected is
-remembered locally until its retry time (gcra.DenyCache), so floods are refused without Redis.
+the per-user limit refuses never spends the event's admission budget. Two per-process
+pre-limits save Redis work without ever admitting more than Redis debited:
+
+- deny cache: a key Redis rejected is refused locally until its retry time (gcra.DenyCache);
+- leases: a key this process sees many requests for (a hot event shard, a NAT'ed client IP)
+  asks Redis for up to K tokens in one call and spends the extra ones locally for at most
+  LEASE_SECONDS. K is bounded by the key's recent local demand, a quarter of its burst and
+  LEASE_SECONDS of its rate, so a key with a small burst (a shopper's per-user limit) is always
+  decided exactly, one call per request. Every admitted request was debited in Redis first; a
+  lease only moves a debit up to LEASE_SECONDS earlier, and unused leased tokens are lost.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +48,23 @@ class Outcome:
     retry_after_us: int
     remaining: int
     reset_us: int
+
+
+LEASE_SECONDS = 0.1
+_MAX_TRACKED = 50_000
+
+
+def lease_size(limit: gcra.Limit, demand: int) -> int:
+    """Tokens to ask for: recent local demand, capped by a quarter burst and LEASE_SECONDS."""
+    cap = min(limit.burst // 4, int(limit.per_second * LEASE_SECONDS))
+    return max(1, min(demand, cap))
+
+
+@dataclass(slots=True)
+class _Lease:
+    tokens: int
+    remaining: int  # what Redis said was left when the lease was granted
+    expires: float
 
 
 def user_key(user: str, what: str) -> str:
@@ -93,6 +119,11 @@ class RateLimiter:
         self.event_shards = event_shards
         self.deny = gcra.DenyCache()
         self._rr = itertools.count()
+        self._leases: dict[str, _Lease] = {}
+        self._demand: dict[str, tuple[float, int]] = {}  # key -> (window start, requests)
+        # One lease request in flight per key: concurrent arrivals wait for it instead of
+        # each leasing K tokens (which would debit K times what is needed).
+        self._inflight: dict[str, asyncio.Future[None]] = {}
 
     async def check_all(self, stages: Sequence[Sequence[Check]]) -> list[Outcome]:
         """Run the stages in order; raise 429 (a ProblemError) at the first rejection."""
@@ -103,13 +134,22 @@ class RateLimiter:
                 if left > 0:
                     RATE_LIMITED.labels(c.scope, "local").inc()
                     raise rate_limited(Outcome(c, False, int(left * gcra.MICROS), 0, 0))
-            results = await asyncio.gather(*(self._decide(c) for c in stage))
+            now = time.monotonic()
+            results = [self._leased(c, now) for c in stage]
+            asked = [i for i, o in enumerate(results) if o is None]
+            if len(asked) == 1:
+                results[asked[0]] = await self._decide(stage[asked[0]], now)
+            elif asked:
+                decided = await asyncio.gather(*(self._decide(stage[i], now) for i in asked))
+                for i, o in zip(asked, decided, strict=True):
+                    results[i] = o
             for o in results:
+                assert o is not None
                 if not o.allowed:
                     self.deny.block(o.check.key, o.retry_after_us / gcra.MICROS)
                     RATE_LIMITED.labels(o.check.scope, "redis").inc()
                     raise rate_limited(o)
-            outcomes.extend(results)
+            outcomes.extend(o for o in results if o is not None)
         return outcomes
 
     def event_check(self, event_id: str, max_per_second: float) -> Check:
@@ -122,8 +162,51 @@ class RateLimiter:
                 return Check("event", key, limit)
         return Check("event", event_shard_key(event_id, first % self.event_shards), limit)
 
-    async def _decide(self, c: Check) -> Outcome:
-        allowed, retry, remaining, reset = await self.runner.run(
-            RATELIMIT, [c.key], [c.limit.interval_us, c.limit.burst, 1]
+    def _leased(self, c: Check, now: float, count: bool = True) -> Outcome | None:
+        """An admission from this process's lease on the key, or None (ask Redis)."""
+        if count:
+            start, seen = self._demand.get(c.key, (now, 0))
+            if now - start > LEASE_SECONDS:
+                start, seen = now, 0
+            if len(self._demand) > _MAX_TRACKED:
+                self._demand.clear()
+            self._demand[c.key] = (start, seen + 1)
+        lease = self._leases.get(c.key)
+        if lease is None:
+            return None
+        if lease.tokens <= 0 or lease.expires < now:
+            del self._leases[c.key]
+            return None
+        lease.tokens -= 1
+        return Outcome(c, True, 0, lease.remaining + lease.tokens, 0)
+
+    async def _decide(self, c: Check, now: float) -> Outcome:
+        want = lease_size(c.limit, self._demand.get(c.key, (now, 1))[1])
+        if want == 1:
+            return await self._call(c, 1, now)
+        while (pending := self._inflight.get(c.key)) is not None:
+            await asyncio.shield(pending)
+            leased = self._leased(c, time.monotonic(), count=False)
+            if leased is not None:
+                return leased
+            left = self.deny.blocked_for(c.key)
+            if left > 0:  # the call we waited for was refused
+                return Outcome(c, False, int(left * gcra.MICROS), 0, 0)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._inflight[c.key] = done
+        try:
+            return await self._call(c, want, now)
+        finally:
+            del self._inflight[c.key]
+            done.set_result(None)
+
+    async def _call(self, c: Check, want: int, now: float) -> Outcome:
+        granted, retry, remaining, reset = await self.runner.run(
+            RATELIMIT, [c.key], [c.limit.interval_us, c.limit.burst, want]
         )
-        return Outcome(c, bool(allowed), int(retry), int(remaining), int(reset))
+        granted = int(granted)
+        if granted > 1:
+            if len(self._leases) > _MAX_TRACKED:
+                self._leases.clear()
+            self._leases[c.key] = _Lease(granted - 1, int(remaining), now + LEASE_SECONDS)
+        return Outcome(c, granted > 0, int(retry), int(remaining), int(reset))

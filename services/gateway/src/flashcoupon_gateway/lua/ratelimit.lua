@@ -2,8 +2,8 @@
 -- KEYS[1]  the limiter key, e.g. {rl:u:<user>}:ev:<event>
 -- ARGV[1]  emission interval T in microseconds (1/rate)
 -- ARGV[2]  burst (requests allowed at once)
--- ARGV[3]  cost (requests this decision counts for)
--- Returns {allowed 0|1, retry_after_us, remaining, reset_us}.
+-- ARGV[3]  want: tokens asked for (1, or more for a lease); as many as conform are granted
+-- Returns {granted (0 = rejected), retry_after_us, remaining, reset_us}.
 -- Time is the server's clock (TIME), so every gateway replica agrees on "now"; Redis 7
 -- replicates scripts by effects, so the SET below is what replicas see.
 local t = redis.call('TIME')
@@ -14,11 +14,13 @@ local tat = tonumber(redis.call('GET', KEYS[1]))
 if tat == nil or tat < now then
   tat = now
 end
-local new_tat = tat + interval * tonumber(ARGV[3])
-local diff = new_tat - now
-if diff > tolerance then
-  return {0, diff - tolerance, 0, tat - now}
+local room = tolerance - (tat - now)
+local affordable = math.floor(room / interval)
+if affordable < 1 then
+  return {0, interval - room, 0, tat - now}
 end
+local n = math.min(tonumber(ARGV[3]), affordable)
+local new_tat = tat + n * interval
 -- %.0f: tostring() would print 1.7e+15 and lose the microseconds.
-redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil(diff / 1000) + 1)
-return {1, 0, math.floor((tolerance - diff) / interval), diff}
+redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil((new_tat - now) / 1000) + 1)
+return {n, 0, affordable - n, new_tat - now}
