@@ -87,14 +87,19 @@ async def test_database_outage_loses_nothing_and_lag_drains(stack: Stack) -> Non
 
             assert await wait_until(drained, 90)
             drain_s = time.monotonic() - restarted
-            await asyncio.sleep(1)  # one more loop round refreshes the lag gauges
-            lags = [
-                s.value
-                for m in metrics.LAG.collect()
-                for s in m.samples
-                if s.labels.get("topic") == topic
-            ]
-            assert len(lags) == 3 and all(v == 0 for v in lags), lags
+
+            def lags() -> list[float]:
+                return [
+                    s.value
+                    for m in metrics.LAG.collect()
+                    for s in m.samples
+                    if s.labels.get("topic") == topic
+                ]
+
+            async def lag_zero() -> bool:  # the gauges refresh about once a second
+                return len(lags()) == 3 and all(v == 0 for v in lags())
+
+            assert await wait_until(lag_zero, 10), lags()
             assert await ready()
         print(f"drained {drain_s:.1f}s after the restart (stream itself lasted ~40s)")
         assert metrics.RETRIES.labels("db")._value.get() > retries_before

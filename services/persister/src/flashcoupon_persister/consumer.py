@@ -107,6 +107,7 @@ class PersistLoop:
         self._inflight: deque[_InFlight] = deque()
         self._retrying = 0  # batches currently waiting out a transient failure
         self._paused = False
+        self._lag_updated = 0.0
         self.batches_done = 0
 
     def stop(self) -> None:
@@ -278,12 +279,16 @@ class PersistLoop:
                 self._retrying -= 1
 
     async def _update_lag(self) -> None:
+        now = time.monotonic()
+        if now - self._lag_updated < 1.0:
+            return
+        self._lag_updated = now
         for tp in self.consumer.assignment():
             high = self.consumer.highwater(tp)
             if high is None:
                 continue
             try:
-                pos = await asyncio.wait_for(self.consumer.position(tp), 0.5)
+                pos = await asyncio.wait_for(self.consumer.position(tp), 0.1)
             except (TimeoutError, KafkaError):
                 continue
             metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - pos))

@@ -21,7 +21,7 @@ from typing import Any
 from asyncmy.constants import CLIENT
 from flashcoupon_common.messages import CouponIssued
 from sqlalchemy import bindparam, event, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .errors import ErrorKind, classify, mysql_error_code
@@ -187,7 +187,8 @@ class BatchWriter:
                 mysql_error_code(exc),
             )
             await self._write_rows(rows, result)
-        except (OSError, TimeoutError) as exc:
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            # Pool timeouts, disconnects seen outside a statement, sockets: all worth a retry.
             raise TransientWriteError(repr(exc)) from exc
         return result
 
@@ -226,9 +227,7 @@ class BatchWriter:
                     survivors.append((i, c))
                 if survivors:
                     await self._judge(conn, survivors, inserted, result)
-        except DBAPIError as exc:
-            raise TransientWriteError(str(exc.orig)) from exc
-        except (OSError, TimeoutError) as exc:
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
             raise TransientWriteError(repr(exc)) from exc
 
     async def _judge(
