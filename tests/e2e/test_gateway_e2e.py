@@ -264,3 +264,15 @@ async def test_waiting_room_sse_counts_down_then_issues(
     assert after.json()["state"] == "gone"
     dup = await client.post(f"/v1/events/{eid}/issue", headers=bearer(last_user))
     assert dup.status_code in (202, 409)
+
+    # Without SSE: poll the JSON status until admitted, then press again to get the coupon.
+    first_user = min(queued, key=lambda u: queued[u]["position"])
+    url = queued[first_user]["statusUrl"]
+    for _ in range(100):
+        state = (await client.get(url, headers=bearer(first_user))).json()
+        if state["state"] != "queued":
+            break
+        await asyncio.sleep(0.1)
+    assert state["state"] == "admitted" and state["position"] == 0, state
+    r = await client.post(f"/v1/events/{eid}/issue", headers=bearer(first_user))
+    assert r.status_code == 201 and r.json()["userId"] == first_user

@@ -1,0 +1,52 @@
+"""Load shedding decisions that need no server: the in-flight bound and client IPs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from flashcoupon_common.http import ProblemError
+from flashcoupon_gateway.service import Gateway, client_ip, upstream_headers
+from flashcoupon_gateway.settings import GatewaySettings
+from starlette.requests import Request
+
+SETTINGS = GatewaySettings.from_env(
+    {"FLASHCOUPON_GATEWAY_JWT_SECRET": "unit-test-secret-0123456789-abcdefghijklmnop"}
+)
+
+
+def request(headers: dict[str, str], peer: str = "10.0.0.9") -> Request:
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    return Request({"type": "http", "headers": raw, "client": (peer, 5555), "method": "POST"})
+
+
+async def test_in_flight_bound_answers_503_at_once() -> None:
+    g = Gateway(replace(SETTINGS, max_in_flight=2), None, None, None, None, None)  # type: ignore[arg-type]
+    async with g.slot(), g.slot():
+        with pytest.raises(ProblemError) as err:
+            async with g.slot():
+                pass
+        assert err.value.status == 503 and err.value.headers["Retry-After"] == "1"
+    assert g.in_flight == 0
+    async with g.slot():
+        assert g.in_flight == 1
+
+
+def test_client_ip_trusts_only_the_configured_hops() -> None:
+    r = request({"X-Forwarded-For": "6.6.6.6, 1.2.3.4, 10.0.0.1"})
+    assert client_ip(r, 0) == "10.0.0.9"  # no trusted proxy: the peer
+    assert client_ip(r, 1) == "10.0.0.1"
+    assert client_ip(r, 2) == "1.2.3.4"
+    assert client_ip(request({}), 1) == "10.0.0.9"
+
+
+def test_upstream_headers_replace_any_client_user_header() -> None:
+    r = request(
+        {"X-Flashcoupon-User": "mallory", "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
+    )
+    headers = upstream_headers(r, "alice")
+    assert headers["X-Flashcoupon-User"] == "alice"
+    assert [k for k in headers if k.lower() == "x-flashcoupon-user"] == ["X-Flashcoupon-User"]
+    assert headers["traceparent"].startswith("00-")
+    with pytest.raises(ProblemError):
+        upstream_headers(request({"Idempotency-Key": "has space"}), "alice")
