@@ -126,6 +126,11 @@ async def test_apply_status_apply_again_delete(
     assert {**_fields(state2), "version": 0} == {**_fields(state), "version": 0}
     assert await catalog.read_tiers(engine, event_name) == rows
 
+    listed = await couponctl(stack, mysql_url, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    mine = [e for e in json.loads(listed.stdout) if e["eventId"] == event_name]
+    assert [(e["phase"], e["remaining"]) for e in mine] == [("Active", 10_000)]
+
     human = await couponctl(stack, mysql_url, "status", event_name)
     assert "phase      Active" in human.stdout and "remaining  10,000" in human.stdout
 

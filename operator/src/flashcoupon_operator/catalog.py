@@ -140,3 +140,10 @@ async def persisted_count(engine: AsyncEngine, event_id: str) -> int:
     )
     async with engine.connect() as conn:
         return int((await conn.execute(query)).scalar_one())
+
+
+async def live_event_ids(engine: AsyncEngine) -> list[str]:
+    """Ids of the catalog's events that are not marked deleted."""
+    query = select(coupon_events.c.id).where(coupon_events.c.deleted_at.is_(None))
+    async with engine.connect() as conn:
+        return [row.id for row in await conn.execute(query)]

@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="DURATION",
             help="override startAt to now + DURATION (e.g. 10s), keeping the window's length",
         )
+    p = sub.add_parser("list", help="every live event: name, phase, quantity, issued, start")
+    p.add_argument("--json", action="store_true", help="print one JSON array")
     p = sub.add_parser("status", help="phase, quantity, issued, remaining, persisted, window")
     p.add_argument("name")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -153,6 +155,8 @@ async def _run(
             assert specs is not None
             codes = [await _apply(s, redis, engine) for s in specs]
             return max(codes)
+        if args.command == "list":
+            return await _list(args.json, redis, engine)
         if args.command == "status":
             return await _status(args.name, args.json, redis, engine)
         if args.command == "delete":
@@ -213,6 +217,29 @@ class _ProgressPrinter:
             return
         print(f"preloading {self.event_id}: {pct}% ({done:,}/{total:,})", flush=True)
         self.next_step = (pct // 10 + 1) * 10
+
+
+async def _list(as_json: bool, redis: RedisCluster, engine: AsyncEngine) -> int:
+    events = await runtime.list_events(redis, engine)
+    if as_json:
+        print(json.dumps([e.to_json() for e in events]))
+        return EXIT_OK
+    row = "{:<40} {:<10} {:>10} {:>10} {:>10} {:>7}  {}"
+    print(row.format("NAME", "PHASE", "QUANTITY", "ISSUED", "REMAINING", "PAUSED", "START"))
+    for e in events:
+        doc = e.to_json()
+        print(
+            row.format(
+                e.event_id,
+                doc["phase"],
+                f"{e.quantity:,}",
+                "-" if e.issued is None else f"{e.issued:,}",
+                "-" if e.remaining is None else f"{e.remaining:,}",
+                "yes" if e.paused else "no",
+                doc["startAt"],
+            )
+        )
+    return EXIT_OK
 
 
 async def _status(name: str, as_json: bool, redis: RedisCluster, engine: AsyncEngine) -> int:

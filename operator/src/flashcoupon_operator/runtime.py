@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from flashcoupon_common import event_state
+from flashcoupon_common import event_state, keys
 from flashcoupon_common.event_spec import EventSpec
 from redis.asyncio.cluster import RedisCluster
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -192,3 +192,22 @@ async def set_paused(redis: RedisCluster, event_id: str, paused: bool) -> None:
         await event_state.set_paused(redis, event_id, paused)
     except event_state.ProvisionError as exc:
         raise NotFound(str(exc)) from None
+
+
+async def list_events(
+    redis: RedisCluster, engine: AsyncEngine, now: datetime | None = None
+) -> list[EventStatus]:
+    """Every live event: in the catalog (not deleted) or registered in Redis, by name."""
+    names = set(await catalog.live_event_ids(engine))
+    names |= {_text(n) for n in await redis.smembers(keys.EVENTS_REGISTRY)}
+    found = []
+    for name in sorted(names):
+        try:
+            found.append(await status(redis, engine, name, now))
+        except NotFound:
+            continue  # registered by a provision that crashed before writing any state
+    return found
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
