@@ -287,6 +287,29 @@ async def test_several_relays_share_one_stream_without_loss_or_duplicates(
     assert sorted(codes_of(records)) == [c.code for c in coupons]
 
 
+async def test_one_relay_serves_several_events_found_in_the_registry(
+    stack, redis_cluster, topic
+) -> None:
+    events = [random_name("rel") for _ in range(3)]
+    coupons = {e: make_coupons(e, 200) for e in events}
+    relay = Relay(
+        relay_settings(stack.env(), events[0], topic, events=tuple(events)), redis_cluster
+    )
+    try:
+        async with running(relay):
+            for e in events:  # registered one after another, while the relay runs
+                await write_outbox(redis_cluster, coupons[e])
+                await register(redis_cluster, e)
+            for e in events:
+                await wait_until(lambda e=e: outbox_drained(redis_cluster, e), within=30, what=e)
+            assert relay.watched_events() == set(events)
+        codes = sorted(codes_of(await read_all(stack.kafka.bootstrap, topic)))
+        assert codes == sorted(c.code for e in events for c in coupons[e])
+    finally:
+        for e in events:
+            await cleanup_event(redis_cluster, e)
+
+
 async def test_removed_event_is_drained_then_forgotten(stack, redis_cluster, event, topic) -> None:
     settings = relay_settings(stack.env(), event, topic)
     relay = Relay(settings, redis_cluster)
