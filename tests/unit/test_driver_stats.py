@@ -127,7 +127,7 @@ def test_bench_table_picks_rates_latencies_and_ratios() -> None:
         ("hello.rps", 1000.0),
         ("hello.p99_ms", 3.5),
         ("ratio_issuer_to_hello", 0.7),
-        ("modes[naive].rps", 300.0),
+        ("modes[0:naive].rps", 300.0),
     ]
 
 

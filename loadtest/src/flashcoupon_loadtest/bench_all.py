@@ -62,7 +62,10 @@ def interesting_leaves(data: Any, prefix: str = "", depth: int = 0) -> list[tupl
                 out.append((path, float(value)))
     elif isinstance(data, list) and len(data) <= 20:
         for i, value in enumerate(data):
-            label = value.get("name", i) if isinstance(value, dict) else i
+            label: object = i
+            if isinstance(value, dict):
+                names = [value[k] for k in ("name", "mode", "side", "path") if k in value]
+                label = f"{i}:{names[0]}" if names else i
             out += interesting_leaves(value, f"{prefix}[{label}]", depth + 1)
     return out
 
