@@ -251,6 +251,31 @@ async def test_entries_pending_on_a_dead_consumer_are_claimed(
     assert sorted(codes_of(records)) == [c.code for c in coupons]
 
 
+async def test_gauges_show_entries_stuck_on_a_dead_relay(
+    stack, redis_cluster, event, topic
+) -> None:
+    await write_outbox(redis_cluster, make_coupons(event, 50))
+    key = keys.outbox_key(event)
+    await redis_cluster.xgroup_create(key, keys.RELAY_GROUP, id="0")
+    await redis_cluster.xreadgroup(keys.RELAY_GROUP, "dead-relay", {key: ">"}, count=20)
+    await asyncio.sleep(1.1)  # entry ids carry their write time: make the ages measurable
+    relay = Relay(relay_settings(stack.env(), event, topic, claim_idle_ms=600_000), redis_cluster)
+
+    async def gauges_settled() -> bool:
+        return (
+            metric(relay, "flashcoupon_relay_outbox_length", event=event) == 20
+            and metric(relay, "flashcoupon_relay_outbox_pending", event=event) == 20
+        )
+
+    async with running(relay):
+        await wait_until(gauges_settled, within=30, what="gauges")
+        # The 30 free entries were relayed; the 20 held by the dead relay wait for a claim.
+        assert metric(relay, "flashcoupon_relay_relayed_total", event=event) == 30
+        assert metric(relay, "flashcoupon_relay_outbox_oldest_age_seconds", event=event) >= 1
+        pending_age = "flashcoupon_relay_outbox_oldest_pending_age_seconds"
+        assert metric(relay, pending_age, event=event) >= 1
+
+
 async def test_restarted_relay_redelivers_its_own_pending_entries_first(
     stack, redis_cluster, event, topic
 ) -> None:

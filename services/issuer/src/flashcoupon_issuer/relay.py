@@ -408,10 +408,13 @@ class Relay:
             length = await self._redis.xlen(key)
             first = await self._redis.xrange(key, "-", "+", count=1)
             try:
-                pending = (await self._redis.xpending(key, GROUP))["pending"]
+                summary = await self._redis.xpending(key, GROUP)
             except ResponseError:  # no group yet
-                pending = 0
+                summary = {"pending": 0, "min": None}
             self.metrics.outbox_length.labels(event_id).set(length)
-            self.metrics.outbox_pending.labels(event_id).set(pending)
+            self.metrics.outbox_pending.labels(event_id).set(summary["pending"])
             age = entry_age_seconds(first[0][0], now_ms) if first else 0.0
             self.metrics.oldest_age.labels(event_id).set(age)
+            oldest = summary["min"]
+            pending_age = entry_age_seconds(oldest, now_ms) if oldest else 0.0
+            self.metrics.oldest_pending_age.labels(event_id).set(pending_age)

@@ -32,6 +32,12 @@ class RelayMetrics:
             ["event"],
             registry=r,
         )
+        self.oldest_pending_age = Gauge(
+            "flashcoupon_relay_outbox_oldest_pending_age_seconds",
+            "Age of the oldest entry read by a relay but not yet acknowledged (0 when none)",
+            ["event"],
+            registry=r,
+        )
         self.relayed = Counter(
             "flashcoupon_relay_relayed_total",
             "Outbox entries acknowledged by Kafka and removed from the stream",
@@ -75,7 +81,12 @@ class RelayMetrics:
         )
 
     def forget_event(self, event_id: str) -> None:
-        for gauge in (self.outbox_length, self.outbox_pending, self.oldest_age):
+        for gauge in (
+            self.outbox_length,
+            self.outbox_pending,
+            self.oldest_age,
+            self.oldest_pending_age,
+        ):
             try:
                 gauge.remove(event_id)
             except KeyError:
