@@ -58,7 +58,7 @@ class ManifestError(ValueError):
         super().__init__("; ".join(str(e) for e in errors))
 
 
-class _StringTimestampLoader(yaml.SafeLoader):
+class _StringTimestampLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML is untyped
     pass
 
 

@@ -139,6 +139,7 @@ async def status(
         raise NotFound(f"no CouponEvent named {event_id!r} (neither in Redis nor in MySQL)")
     persisted = await catalog.persisted_count(engine, event_id)
     deleted_at = row.deleted_at if row else None
+    tiers: tuple[tuple[str, int, int | None], ...]
     if state is not None:
         tiers = tuple(
             (name, cap, state.issued_by_tier.get(name, 0))
