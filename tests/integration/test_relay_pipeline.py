@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import socket
 import time
 from collections.abc import AsyncIterator, Iterable
 
@@ -292,6 +293,37 @@ async def test_restarted_relay_redelivers_its_own_pending_entries_first(
         assert metric(relay, "flashcoupon_relay_claimed_total", event=event) == 0
     records = await read_all(stack.kafka.bootstrap, topic)
     assert sorted(codes_of(records)) == [c.code for c in coupons]
+
+
+async def test_kafka_unreachable_nothing_acked_and_shutdown_is_bounded(
+    stack, redis_cluster, event
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on: Kafka "down"
+        sock.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{sock.getsockname()[1]}"
+    env = {**stack.env(), "FLASHCOUPON_KAFKA_BOOTSTRAP": dead}
+    settings = relay_settings(env, event, "t-never", shutdown_grace_ms=1000, backoff_max_ms=200)
+    await write_outbox(redis_cluster, make_coupons(event, 30))
+    relay = Relay(settings, redis_cluster)
+    task = asyncio.create_task(relay.run())
+    key = keys.outbox_key(event)
+
+    async def holding() -> bool:
+        with contextlib.suppress(Exception):
+            return (await redis_cluster.xpending(key, keys.RELAY_GROUP))["pending"] == 30
+        return False
+
+    await wait_until(holding, within=20, what="relay reading")
+    await asyncio.sleep(1)  # several failed attempts
+    assert metric(relay, "flashcoupon_relay_relayed_total", event=event) == 0
+    assert await redis_cluster.xlen(key) == 30  # nothing deleted, nothing acknowledged
+    assert (await relay.ready())["kafka"] is False
+    started = time.monotonic()
+    relay.stop()
+    await asyncio.wait_for(task, 20)
+    assert time.monotonic() - started < 10  # grace 1 s + block + producer teardown
+    summary = await redis_cluster.xpending(key, keys.RELAY_GROUP)
+    assert summary["pending"] == 30  # left pending for another relay (or a restart)
 
 
 async def test_several_relays_share_one_stream_without_loss_or_duplicates(
