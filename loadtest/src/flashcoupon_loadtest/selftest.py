@@ -109,6 +109,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--selftest", action="store_true", help="measure the driver's ceiling")
     ap.add_argument("--requests", type=int, default=60_000)
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--out", type=Path, default=RESULTS / "driver_selftest.json")
     args = ap.parse_args(argv)
     if not args.selftest:
         ap.error("only --selftest runs from the command line; the demo and bench use the API")
@@ -124,8 +125,8 @@ def main(argv: list[str]) -> int:
             f"{name:<14}{row['rps']:>12,.0f}{row['driver_cpu_s']:>14.2f}"
             f"{row['ceiling_rps_per_core']:>15,.0f}{row['latency_ms']['p99']:>9.1f}"
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "driver_selftest.json"
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
         json.dumps(
             {"requests": args.requests, "concurrency": args.concurrency, "results": rows}, indent=2
