@@ -43,7 +43,7 @@ from flashcoupon_loadtest.invariants import Check, all_passed, check_event
 from flashcoupon_loadtest.localrun import LocalServices, stack_env
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
-from flashcoupon_loadtest.stats import ISSUED, retry_mismatches, summarize
+from flashcoupon_loadtest.stats import ISSUED, retry_mismatches, summarize, time_series
 from flashcoupon_loadtest.tokens import DEFAULT_AUDIENCE, DEMO_SECRET
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -253,7 +253,8 @@ async def _drop(
         "wall_seconds": time.time() - t_begin,
         "invariants": [c.to_json() for c in checks],
         "passed": passed,
-        "pipeline": watch.samples,
+        "pipeline": watch.samples,  # (wall time, Redis issued, MySQL rows)
+        "series": time_series(records, bucket=0.1),
         "args": {k: str(v) for k, v in vars(args).items()},
     }
     print(format_report(report, checks))
