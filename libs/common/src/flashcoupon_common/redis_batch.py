@@ -120,7 +120,9 @@ class ScriptBatcher:
             script, keys, args, loop.create_future(), time.monotonic() + self.retry_deadline
         )
         self._enqueue(item)
-        return await item.future
+        # Every path settles the future before the deadline; the outer bound only guarantees
+        # that a bug here can never hang a request forever.
+        return await asyncio.wait_for(item.future, self.retry_deadline + self.command_timeout + 5)
 
     async def aclose(self) -> None:
         for task in list(self._tasks):

@@ -35,6 +35,9 @@ if held then
     local code, k, at, r = string.match(entry, '^([^,]*),([^,]*),([^,]*),(.*)$')
     entries[#entries + 1] = {code, k, at}
     if r == rid then
+      -- A real (replicated) write, so that a WAIT after this call on this connection also
+      -- covers the original issue: replication is one ordered stream per master.
+      redis.call('HINCRBY', KEYS[2], 'rp', 1)
       local reply = {'ISSUED', -1, 1, 1}
       described(reply, code, k, at)
       return reply

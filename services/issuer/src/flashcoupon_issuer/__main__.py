@@ -1,0 +1,45 @@
+"""`flashcoupon-issuer`: the issuer on uvicorn (uvloop, httptools), settings from the env."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+from flashcoupon_common.logsetup import configure_logging
+from starlette.applications import Starlette
+
+from flashcoupon_issuer.app import create_app
+from flashcoupon_issuer.settings import IssuerSettings
+
+
+def build() -> Starlette:
+    """App factory for uvicorn (each worker process builds its own app and clients)."""
+    configure_logging("issuer")
+    return create_app(IssuerSettings.from_env())
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = IssuerSettings.from_env()
+    parser = argparse.ArgumentParser(prog="flashcoupon-issuer")
+    parser.add_argument("--host", default=settings.host)
+    parser.add_argument("--port", type=int, default=settings.port)
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", 1)))
+    args = parser.parse_args(argv)
+    configure_logging("issuer")
+    uvicorn.run(
+        "flashcoupon_issuer.__main__:build",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_config=None,
+        backlog=4096,
+    )
+
+
+if __name__ == "__main__":
+    main()

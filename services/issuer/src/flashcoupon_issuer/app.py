@@ -1,0 +1,132 @@
+"""The issuer's composition root: one lifespan owns the Redis Cluster client and the batcher.
+
+Besides HTTP, the lifespan runs one pub/sub listener: issue.lua publishes on SOLD_OUT_CHANNEL
+when an event's last coupon goes (every issuer learns it at once) and provisioning publishes on
+SUPPLY_CHANNEL (every issuer forgets a sold-out flag when supply was raised). If the listener is
+down, the flag's TTL still bounds how stale it can be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from flashcoupon_common import keys
+from flashcoupon_common.http import exception_handlers, health_routes
+from flashcoupon_common.lua import ISSUE
+from flashcoupon_common.red_metrics import REDMiddleware
+from flashcoupon_common.redis_batch import ScriptBatcher
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoScriptError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+
+from flashcoupon_issuer import http
+from flashcoupon_issuer.issuance import IssueService, ScriptCall, SoldOutCache
+from flashcoupon_issuer.settings import IssuerSettings
+
+logger = logging.getLogger(__name__)
+
+
+def batched_call(batcher: ScriptBatcher) -> ScriptCall:
+    async def call(event_id: str, user: str, rid: str, tp: str) -> Any:
+        return await batcher.call(ISSUE, keys.issue_keys(event_id), (user, rid, tp))
+
+    return call
+
+
+def naive_call(redis: RedisCluster) -> ScriptCall:
+    """One EVALSHA round trip per request (the benchmark's baseline)."""
+
+    async def call(event_id: str, user: str, rid: str, tp: str) -> Any:
+        k = keys.issue_keys(event_id)
+        try:
+            return await redis.evalsha(ISSUE.sha, 4, *k, user, rid, tp)
+        except NoScriptError:
+            return await redis.eval(ISSUE.source, 4, *k, user, rid, tp)
+
+    return call
+
+
+async def listen_for_supply(redis: RedisCluster, cache: SoldOutCache, stop: asyncio.Event) -> None:
+    """Keep the sold-out flags in step with the channels; reconnect to any node on failure.
+
+    Polls with a timeout and checks `stop` rather than relying on cancellation: redis-py's
+    pubsub reader can swallow a CancelledError and keep waiting.
+    """
+    while not stop.is_set():
+        node = redis.get_random_node()  # classic pub/sub is broadcast to every cluster node
+        client = Redis(host=node.host, port=node.port)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(keys.SUPPLY_CHANNEL, keys.SOLD_OUT_CHANNEL)
+            while not stop.is_set():
+                message = await pubsub.get_message(timeout=0.5)
+                if message is None or message["type"] != "message":
+                    continue
+                event_id = message["data"].decode()
+                if message["channel"].decode() == keys.SUPPLY_CHANNEL:
+                    cache.forget(event_id)
+                else:
+                    cache.learn(event_id)
+        except Exception as exc:  # noqa: BLE001 - logged; the TTL covers the gap
+            logger.warning("supply listener on %s lost: %r; reconnecting", node.name, exc)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+                await client.aclose()
+
+
+def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        client = redis if redis is not None else create_redis_cluster(settings.redis)
+        await client.initialize()
+        app.state.redis_client = client
+        batcher = ScriptBatcher(
+            client,
+            client="issuer",
+            max_batch=settings.max_batch,
+            max_inflight=settings.max_inflight,
+            wait_replicas=1 if settings.durability == "replica" else 0,
+            wait_timeout_ms=settings.wait_timeout_ms,
+            retry_deadline=settings.retry_deadline_s,
+        )
+        cache = SoldOutCache(settings.sold_out_ttl_s)
+        call = batched_call(batcher) if settings.batching else naive_call(client)
+        service = IssueService(call, cache)
+        stop = asyncio.Event()
+        listener = asyncio.create_task(listen_for_supply(client, cache, stop))
+        logger.info(
+            "issuer ready: durability=%s batching=%s", settings.durability, settings.batching
+        )
+        try:
+            yield {"service": service, "redis": client, "batcher": batcher}
+        finally:
+            stop.set()
+            try:
+                await asyncio.wait_for(listener, 3.0)
+            except (TimeoutError, asyncio.CancelledError):
+                logger.warning("supply listener did not stop in time; abandoned")
+            await batcher.aclose()
+            if redis is None:
+                await client.aclose()
+
+    async def ready() -> dict[str, bool]:
+        return {"redis": bool(await app.state.redis_client.ping())}
+
+    app = Starlette(
+        routes=[*http.routes(), *health_routes(ready)],
+        exception_handlers=exception_handlers(),
+        middleware=[Middleware(REDMiddleware, service="issuer")],
+        lifespan=lifespan,
+    )
+    return app

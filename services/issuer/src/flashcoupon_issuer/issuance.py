@@ -1,0 +1,149 @@
+"""Issuing a coupon: one script call, the reply turned into an Outcome, sold-out remembered.
+
+The decisions here are plain: `parse_reply` maps issue.lua's reply, `SoldOutCache` decides when
+SOLD_OUT can be answered without Redis. The subtle part is who may skip Redis: a request that
+carries an Idempotency-Key may be the retry of one that got a coupon before the event sold out,
+and must get that coupon back, so only key-less requests are answered from the local flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from flashcoupon_common.messages import Discount
+from flashcoupon_common.redis_batch import NotReplicatedError
+
+from flashcoupon_issuer import metrics
+
+logger = logging.getLogger(__name__)
+
+ScriptCall = Callable[[str, str, str, str], Awaitable[Any]]
+
+
+class IssuerUnavailable(Exception):
+    """Redis could not be reached within the retry deadline."""
+
+
+@dataclass(frozen=True, slots=True)
+class Coupon:
+    code: str
+    tier: str
+    discount: Discount
+    issued_at_ms: int
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: str  # ISSUED DUPLICATE SOLD_OUT NOT_STARTED ENDED PAUSED NOT_FOUND NOT_DURABLE
+    coupons: tuple[Coupon, ...] = ()
+    remaining: int | None = None  # after this request; None when the script did not say
+    replay: bool = False  # ISSUED for a request id that had already issued
+    at_ms: int | None = None  # startAt for NOT_STARTED, endAt for ENDED
+
+
+SOLD_OUT = Outcome("SOLD_OUT", remaining=0)
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _opt_int(v: Any) -> int | None:
+    text = _s(v)
+    return int(text) if text else None
+
+
+def parse_reply(reply: Sequence[Any]) -> Outcome:
+    """issue.lua's reply → Outcome (layout documented at the top of issue.lua)."""
+    status = _s(reply[0])
+    second = int(reply[1])
+    coupons = []
+    for i in range(int(reply[3])):
+        f = reply[4 + 8 * i : 12 + 8 * i]
+        kind = _s(f[2])
+        coupons.append(
+            Coupon(
+                code=_s(f[0]),
+                tier=_s(f[1]),
+                discount=Discount(
+                    "fixed" if kind == "fixed" else "percent",
+                    amount=_opt_int(f[3]),
+                    percent=_opt_int(f[4]),
+                    max_amount=_opt_int(f[5]),
+                ),
+                issued_at_ms=int(f[6]),
+                expires_at_ms=int(f[7]),
+            )
+        )
+    if status in ("NOT_STARTED", "ENDED"):
+        return Outcome(status, at_ms=second)
+    return Outcome(
+        status,
+        coupons=tuple(coupons),
+        remaining=second if second >= 0 else None,
+        replay=int(reply[2]) == 1,
+    )
+
+
+class SoldOutCache:
+    """Events known to be sold out, each for `ttl` seconds after it was last learned."""
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+        self._until: dict[str, float] = {}
+
+    def known(self, event_id: str) -> bool:
+        until = self._until.get(event_id)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._until[event_id]
+        return False
+
+    def learn(self, event_id: str) -> None:
+        if self.ttl > 0:
+            self._until[event_id] = time.monotonic() + self.ttl
+
+    def forget(self, event_id: str) -> None:
+        self._until.pop(event_id, None)
+
+
+class IssueService:
+    def __init__(self, call: ScriptCall, sold_out: SoldOutCache) -> None:
+        self._call = call
+        self.sold_out = sold_out
+
+    async def issue(
+        self, event_id: str, user_id: str, request_id: str, traceparent: str, *, keyed: bool
+    ) -> Outcome:
+        if not keyed and self.sold_out.known(event_id):
+            metrics.SOLD_OUT_LOCAL.labels(event_id).inc()
+            metrics.count_outcome(event_id, "SOLD_OUT")
+            return SOLD_OUT
+        try:
+            outcome = parse_reply(await self._call(event_id, user_id, request_id, traceparent))
+        except NotReplicatedError as exc:
+            outcome = parse_reply(exc.result)
+            if outcome.status == "ISSUED":
+                logger.warning("coupon for %s/%s not confirmed by a replica", event_id, user_id)
+                outcome = Outcome("NOT_DURABLE", remaining=outcome.remaining)
+        except (OSError, TimeoutError, ConnectionError) as exc:
+            raise IssuerUnavailable(repr(exc)) from exc
+        except Exception as exc:
+            # redis-py's own error classes (ConnectionError, TimeoutError, ClusterError) do not
+            # all derive from the builtins; anything else from the call is Redis being unusable.
+            if exc.__class__.__module__.startswith("redis"):
+                raise IssuerUnavailable(repr(exc)) from exc
+            raise
+        if outcome.status == "SOLD_OUT" or outcome.remaining == 0:
+            self.sold_out.learn(event_id)
+        if outcome.remaining is not None:
+            metrics.set_remaining(event_id, outcome.remaining)
+        metrics.count_outcome(event_id, outcome.status)
+        return outcome

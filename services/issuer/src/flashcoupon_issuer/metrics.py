@@ -1,0 +1,46 @@
+"""Issuer metrics: issuance outcomes and stock per event (batch sizes live in redis_batch).
+
+The `event` label only ever carries provisioned event ids: answers for unknown ids are counted
+under "unknown", so random URLs cannot create series.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+ISSUANCE = Counter(
+    "flashcoupon_issuer_issuance_total",
+    "Issue requests by event and outcome (ISSUED, DUPLICATE, SOLD_OUT, ...)",
+    ["event", "outcome"],
+)
+STOCK_REMAINING = Gauge(
+    "flashcoupon_issuer_stock_remaining",
+    "Coupons left per event, as last seen by this issuer process",
+    ["event"],
+)
+SOLD_OUT_LOCAL = Counter(
+    "flashcoupon_issuer_sold_out_local_total",
+    "SOLD_OUT answers given from the local flag, without a Redis call",
+    ["event"],
+)
+
+_children: dict[tuple[str, str], object] = {}
+
+
+def count_outcome(event_id: str, outcome: str) -> None:
+    # labels() takes a lock and builds a tuple per call; the hot path reuses the children.
+    key = (event_id if outcome != "NOT_FOUND" else "unknown", outcome)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = ISSUANCE.labels(*key)
+    child.inc()  # type: ignore[attr-defined]
+
+
+_stock: dict[str, object] = {}
+
+
+def set_remaining(event_id: str, remaining: int) -> None:
+    child = _stock.get(event_id)
+    if child is None:
+        child = _stock[event_id] = STOCK_REMAINING.labels(event_id)
+    child.set(remaining)  # type: ignore[attr-defined]

@@ -1,0 +1,70 @@
+"""Issuer settings: FLASHCOUPON_ISSUER_* plus the shared Redis Cluster nodes.
+
+Read once at start-up; a malformed value fails start-up with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from flashcoupon_common.settings import (
+    RedisSettings,
+    SettingsError,
+    env_choice,
+    env_float,
+    env_int,
+    env_str,
+)
+
+PREFIX = "FLASHCOUPON_ISSUER_"
+
+
+@dataclass(frozen=True)
+class IssuerSettings:
+    redis: RedisSettings = field(default_factory=lambda: RedisSettings.from_env({}))
+    host: str = "127.0.0.1"
+    port: int = 8081
+    # none: answer after the script ran on the master; replica: also WAIT for one replica
+    # (docs/issuer.md says what each guarantees).
+    durability: str = "none"
+    wait_timeout_ms: int = 200
+    # How long a learned SOLD_OUT is answered locally before the script is asked again; a
+    # supply change also clears it at once through pub/sub.
+    sold_out_ttl_s: float = 2.0
+    # Auto-pipelining; off only for the benchmark's naive one-EVALSHA-per-request variant.
+    batching: bool = True
+    max_batch: int = 512
+    max_inflight: int = 2
+    # How long one issue call may keep retrying through a failover before answering 503.
+    retry_deadline_s: float = 15.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> IssuerSettings:
+        env = os.environ if env is None else env
+        p = PREFIX
+        s = cls(
+            redis=RedisSettings.from_env(env),
+            host=env_str(env, p + "HOST", "127.0.0.1"),
+            port=env_int(env, p + "PORT", 8081),
+            durability=env_choice(env, p + "DURABILITY", ("none", "replica"), "none"),
+            wait_timeout_ms=env_int(env, p + "WAIT_TIMEOUT_MS", 200),
+            sold_out_ttl_s=env_float(env, p + "SOLD_OUT_TTL_S", 2.0),
+            batching=env_choice(env, p + "BATCHING", ("true", "false"), "true") == "true",
+            max_batch=env_int(env, p + "MAX_BATCH", 512),
+            max_inflight=env_int(env, p + "MAX_INFLIGHT", 2),
+            retry_deadline_s=env_float(env, p + "RETRY_DEADLINE_S", 15.0),
+        )
+        s.validate()
+        return s
+
+    def validate(self) -> None:
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"{PREFIX}PORT must be a TCP port, got {self.port}")
+        if self.wait_timeout_ms <= 0:
+            raise SettingsError(f"{PREFIX}WAIT_TIMEOUT_MS must be > 0")
+        if self.sold_out_ttl_s < 0:
+            raise SettingsError(f"{PREFIX}SOLD_OUT_TTL_S must be >= 0")
+        if self.max_batch < 1 or self.max_inflight < 1:
+            raise SettingsError(f"{PREFIX}MAX_BATCH and {PREFIX}MAX_INFLIGHT must be >= 1")

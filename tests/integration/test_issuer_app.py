@@ -1,0 +1,271 @@
+"""The issuer app end to end in-process, against the real Redis Cluster.
+
+The app's lifespan really runs (`running`), requests go through Starlette routing, the RED
+middleware, the handler and the batcher. The 100k burst uses `asgi_post`, a minimal ASGI
+client (httpx's per-request overhead would make the burst take minutes on a 2-core box);
+the other tests use httpx.AsyncClient over ASGITransport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from flashcoupon_common import event_state, keys
+from flashcoupon_common.messages import CouponIssued
+from flashcoupon_issuer.app import create_app
+from flashcoupon_issuer.settings import IssuerSettings
+from prometheus_client import REGISTRY
+from starlette.applications import Starlette
+
+from tests.integration.test_issuer_script import make_spec
+
+ISSUE = "/internal/v1/events/{}/issue"
+
+
+@asynccontextmanager
+async def running(app: Starlette) -> AsyncIterator[Any]:
+    """Run the ASGI lifespan protocol; yield an ASGI app that passes its state to requests."""
+    state: dict[str, Any] = {}
+    inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": state}
+    task = asyncio.create_task(app(scope, inbox.get, outbox.put))
+    await inbox.put({"type": "lifespan.startup"})
+    started = await outbox.get()
+    assert started["type"] == "lifespan.startup.complete", started
+
+    async def with_state(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await app({**scope, "state": dict(state)}, receive, send)
+
+    with_state.state = state  # type: ignore[attr-defined]
+    try:
+        yield with_state
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        async with asyncio.timeout(30):  # a hung shutdown fails the test instead of hanging it
+            await outbox.get()
+            await task
+
+
+async def asgi_post(app: Any, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """POST with an empty body straight into the ASGI app; (status, JSON body)."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 8081),
+    }
+    out: dict[str, Any] = {}
+    body = bytearray()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            out["status"] = message["status"]
+        else:
+            body.extend(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return out["status"], orjson.loads(body)
+
+
+@pytest.fixture
+async def events(redis_cluster) -> AsyncIterator[list[str]]:
+    ids: list[str] = []
+    yield ids
+    for eid in ids:
+        await event_state.delete_state(redis_cluster, eid)
+
+
+async def provisioned(redis, events: list[str], quantity: int, **kw: Any) -> str:
+    spec = make_spec(quantity, **kw)
+    await event_state.provision(redis, spec)
+    events.append(spec.event_id)
+    return spec.event_id
+
+
+def settings(stack, **kw: Any) -> IssuerSettings:
+    return IssuerSettings(redis=stack.redis, **kw)
+
+
+async def test_burst_100k_users_10k_coupons(stack, redis_cluster, events) -> None:
+    eid = await provisioned(redis_cluster, events, 10_000)
+    statuses: collections.Counter[int] = collections.Counter()
+    issued: dict[str, dict[str, Any]] = {}
+    async with running(create_app(settings(stack))) as app:
+
+        async def shopper(i: int) -> None:
+            status, body = await asgi_post(
+                app, ISSUE.format(eid), {"X-Flashcoupon-User": f"user-{i}"}
+            )
+            statuses[status] += 1
+            if status == 201:
+                issued[f"user-{i}"] = body
+
+        # Waves of 5,000 concurrent requests (an asyncio.Semaphore with 100k waiters is
+        # quadratic in Python 3.11).
+        for wave in range(0, 100_000, 5_000):
+            await asyncio.gather(*(shopper(i) for i in range(wave, wave + 5_000)))
+    assert statuses == {201: 10_000, 410: 90_000}
+    assert len({b["couponCode"] for b in issued.values()}) == 10_000
+    assert all(b["userId"] == u for u, b in issued.items())
+    tiers = collections.Counter(b["tier"] for b in issued.values())
+    assert tiers == {"big": 1_000, "small": 9_000}
+    state = await event_state.read_state(redis_cluster, eid)
+    assert state is not None and state.issued == 10_000 and state.remaining == 0
+    held = {c.user_id: c async for c in event_state.iter_issued(redis_cluster, eid)}
+    assert {u: c.code for u, c in held.items()} == {u: b["couponCode"] for u, b in issued.items()}
+    # exactly one outbox entry per coupon, each decodable
+    entries = await redis_cluster.xrange(keys.outbox_key(eid))
+    decoded = [CouponIssued.from_outbox(f) for _, f in entries]
+    assert sorted(d.code for d in decoded) == sorted(b["couponCode"] for b in issued.values())
+
+
+async def test_one_user_many_concurrent_requests(stack, redis_cluster, events) -> None:
+    single = await provisioned(redis_cluster, events, 100)
+    triple = await provisioned(redis_cluster, events, 100, per_user_limit=3)
+    async with running(create_app(settings(stack))) as app:
+        for eid, expected in ((single, 1), (triple, 3)):
+            results = await asyncio.gather(
+                *(
+                    asgi_post(app, ISSUE.format(eid), {"X-Flashcoupon-User": "eve"})
+                    for _ in range(1000)
+                )
+            )
+            codes = collections.Counter(s for s, _ in results)
+            assert codes == {201: expected, 409: 1000 - expected}
+            dup = next(b for s, b in results if s == 409)
+            assert dup["code"] == "DUPLICATE" and len(dup["coupons"]) == expected
+            assert {c["couponCode"] for c in dup["coupons"]} == {
+                b["couponCode"] for s, b in results if s == 201
+            }
+
+
+async def test_idempotency_key_replays_the_original_coupon(stack, redis_cluster, events) -> None:
+    eid = await provisioned(redis_cluster, events, 10)
+    async with (
+        running(create_app(settings(stack))) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+    ):
+        h = {"X-Flashcoupon-User": "carol", "Idempotency-Key": "k-123"}
+        first = await http.post(ISSUE.format(eid), headers=h)
+        again = await http.post(ISSUE.format(eid), headers=h)
+        assert first.status_code == again.status_code == 201
+        assert again.json() == first.json()
+        assert again.headers["idempotent-replayed"] == "true"
+        other = await http.post(ISSUE.format(eid), headers={**h, "Idempotency-Key": "k-456"})
+        assert other.status_code == 409 and other.json()["code"] == "DUPLICATE"
+        assert other.json()["coupon"]["couponCode"] == first.json()["couponCode"]
+    state = await event_state.read_state(redis_cluster, eid)
+    assert state is not None and state.issued == 1
+
+
+async def test_each_answer_has_its_status_and_code(stack, redis_cluster, events) -> None:
+    early = await provisioned(
+        redis_cluster, events, 5, start=timedelta(hours=1), end=timedelta(hours=2)
+    )
+    late = await provisioned(
+        redis_cluster, events, 5, start=timedelta(hours=-2), end=timedelta(hours=-1)
+    )
+    paused = await provisioned(redis_cluster, events, 5)
+    await event_state.set_paused(redis_cluster, paused, True)
+    tiny = await provisioned(redis_cluster, events, 1)
+    u = {"X-Flashcoupon-User": "dave"}
+    async with (
+        running(create_app(settings(stack))) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+    ):
+        cases = [
+            (ISSUE.format(early), u, 409, "NOT_STARTED"),
+            (ISSUE.format(late), u, 409, "ENDED"),
+            (ISSUE.format(paused), u, 423, "PAUSED"),
+            (ISSUE.format("no-such-event-x1"), u, 404, "EVENT_NOT_FOUND"),
+            (ISSUE.format(tiny), u, 201, None),
+            (ISSUE.format(tiny), {"X-Flashcoupon-User": "erin"}, 410, "SOLD_OUT"),
+            (ISSUE.format("Bad_Id"), u, 400, "INVALID_EVENT_ID"),
+            (ISSUE.format(tiny), {}, 400, "MISSING_USER"),
+            (ISSUE.format(tiny), {**u, "Idempotency-Key": "a,b"}, 400, "INVALID_IDEMPOTENCY_KEY"),
+        ]
+        for path, headers, status, code in cases:
+            r = await http.post(path, headers=headers)
+            assert r.status_code == status, (path, r.text)
+            if code:
+                assert r.headers["content-type"] == "application/problem+json"
+                assert r.json()["code"] == code
+        r = await http.get(f"/v1/events/{tiny}")
+        assert r.status_code == 200
+        assert r.json() | {"startAt": None, "endAt": None} == {
+            "eventId": tiny,
+            "phase": "SoldOut",
+            "startAt": None,
+            "endAt": None,
+            "quantity": 1,
+            "remaining": 0,
+        }
+        assert (await http.get("/v1/events/nope-none")).status_code == 404
+        assert (await http.get("/readyz")).status_code == 200
+        metrics = (await http.get("/metrics")).text
+        assert (
+            f'flashcoupon_issuer_issuance_total{{event="{tiny}",outcome="ISSUED"}} 1.0' in metrics
+        )
+
+
+async def test_sold_out_answers_make_no_redis_call(stack, redis_cluster, events) -> None:
+    eid = await provisioned(redis_cluster, events, 3)
+    async with (
+        running(create_app(settings(stack, sold_out_ttl_s=600))) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+    ):
+        batcher = app.state["batcher"]
+        calls = 0
+        real_call = batcher.call
+
+        async def counting(*args: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return await real_call(*args)
+
+        batcher.call = counting
+        for i in range(3):  # the reply for the last coupon says remaining 0: learned there
+            r = await http.post(ISSUE.format(eid), headers={"X-Flashcoupon-User": f"u{i}"})
+            assert r.status_code == 201
+        assert calls == 3
+        local_before = _sold_out_local(eid)
+        for i in range(200):
+            r = await http.post(ISSUE.format(eid), headers={"X-Flashcoupon-User": f"v{i}"})
+            assert r.status_code == 410 and r.json()["code"] == "SOLD_OUT"
+        assert calls == 3, "sold-out answers went to Redis"
+        assert _sold_out_local(eid) - local_before == 200
+        # Raising the supply publishes on the supply channel: the flag is forgotten at once
+        # (the TTL is 10 minutes here, so only the pub/sub message can explain a 201).
+        await event_state.provision(redis_cluster, make_spec(4, event_id=eid))
+        for _ in range(100):
+            r = await http.post(ISSUE.format(eid), headers={"X-Flashcoupon-User": "late"})
+            if r.status_code == 201:
+                break
+            await asyncio.sleep(0.05)
+        assert r.status_code == 201
+
+
+def _sold_out_local(eid: str) -> float:
+    return (
+        REGISTRY.get_sample_value("flashcoupon_issuer_sold_out_local_total", {"event": eid}) or 0.0
+    )
