@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 
 from flashcoupon_persister.writer import BatchWriter
 from sqlalchemy import text
@@ -82,5 +83,32 @@ async def test_session_is_strict_and_utc(mysql_url: str) -> None:
         async with engine.connect() as conn:
             mode, tz = (await conn.execute(text("SELECT @@sql_mode, @@time_zone"))).one()
         assert "STRICT_ALL_TABLES" in mode and tz == "+00:00"
+    finally:
+        await engine.dispose()
+
+
+async def test_stored_values_round_trip(mysql_url: str) -> None:
+    writer, engine = await _writer(mysql_url)
+    try:
+        event = random_name("ev")
+        await insert_event(engine, event)
+        c = dataclasses.replace(
+            coupon(event, 7), issued_at_ms=1_780_000_000_123, expires_at_ms=1_790_000_000_999
+        )
+        await writer.write([c])
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "SELECT issued_at, expires_at, status, request_id, discount_type,"
+                        " percent, max_amount FROM user_coupons WHERE code=:c"
+                    ),
+                    {"c": c.code},
+                )
+            ).one()
+        assert row.issued_at == datetime(2026, 5, 28, 20, 26, 40, 123000)
+        assert row.expires_at == datetime(2026, 9, 21, 14, 13, 20, 999000)
+        assert (row.status, row.request_id) == ("issued", c.request_id)
+        assert (row.discount_type, row.percent, row.max_amount) == ("percent", 5, 3000)
     finally:
         await engine.dispose()

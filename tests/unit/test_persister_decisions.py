@@ -11,7 +11,7 @@ from flashcoupon_common.settings import KafkaSettings, MysqlSettings, SettingsEr
 from flashcoupon_persister.consumer import backoff_delay, decode_all
 from flashcoupon_persister.dlq import DeadLetter, dlq_headers
 from flashcoupon_persister.settings import PersisterSettings
-from flashcoupon_persister.writer import judge, to_row
+from flashcoupon_persister.writer import judge, to_row, utc_text
 
 A = CouponIssued(
     event_id="ev",
@@ -51,8 +51,13 @@ def test_same_slot_other_code_is_a_slot_conflict() -> None:
 
 def test_row_timestamps_are_naive_utc_with_milliseconds() -> None:
     row = to_row(A)
-    assert row[9].isoformat() == "2026-05-28T20:26:40.123000"
+    assert row[9] == "2026-05-28 20:26:40.123"
     assert row[5:9] == ("fixed", 1000, None, None)
+    assert utc_text(0) == "1970-01-01 00:00:00.000"
+    assert utc_text(1_780_000_000_007) == "2026-05-28 20:26:40.007"
+    for bad in (-1, 253_402_300_800_000):
+        with pytest.raises(ValueError, match="outside"):
+            utc_text(bad)
 
 
 def test_backoff_grows_and_is_capped() -> None:

@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import time
 import uuid
 from datetime import UTC, datetime
@@ -45,13 +46,19 @@ PARTITIONS = 6
 
 
 def make_coupons(event_id: str, n: int) -> list[CouponIssued]:
+    """Realistic keys: codes are pseudo-random (the issuer's are Feistel-permuted) and user
+    ids arbitrary, so both the persister and the ceiling insert in random index order."""
     now = int(time.time() * 1000)
+    rng = random.Random(n)
+    codes = {f"{rng.getrandbits(60):015X}" for _ in range(n)}
+    while len(codes) < n:
+        codes.add(f"{rng.getrandbits(60):015X}")
     return [
         CouponIssued(
             event_id=event_id,
-            user_id=f"user-{i:09d}",
+            user_id=f"u-{rng.getrandbits(64):016x}-{i}",
             seq=1,
-            code=f"B{i:09d}{event_id[-8:].upper()}",
+            code=code,
             tier="big" if i % 10 == 0 else "small",
             discount=Discount("fixed", amount=10000)
             if i % 10 == 0
@@ -60,7 +67,7 @@ def make_coupons(event_id: str, n: int) -> list[CouponIssued]:
             expires_at_ms=now + i + 720 * 3600 * 1000,
             request_id=uuid.uuid4().hex,
         )
-        for i in range(n)
+        for i, code in enumerate(codes)
     ]
 
 
