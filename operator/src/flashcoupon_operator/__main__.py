@@ -1,0 +1,32 @@
+"""`python -m flashcoupon_operator`: run the CouponEvent operator (kopf) in this process.
+
+FLASHCOUPON_OPERATOR_NAMESPACE limits it to one namespace (default: every namespace);
+FLASHCOUPON_OPERATOR_LIVENESS is kopf's liveness endpoint (default http://0.0.0.0:8085/healthz).
+Run exactly one replica (Deployment strategy Recreate): there is no peering between replicas.
+"""
+
+from __future__ import annotations
+
+import os
+
+import kopf
+from flashcoupon_common.logsetup import configure_logging
+
+from flashcoupon_operator import handlers  # noqa: F401 - importing registers the handlers
+
+
+def main() -> None:
+    configure_logging("operator")
+    namespace = os.environ.get("FLASHCOUPON_OPERATOR_NAMESPACE") or None
+    kopf.run(
+        standalone=True,  # one replica: no peering objects needed in the cluster
+        clusterwide=namespace is None,
+        namespaces=[namespace] if namespace else (),
+        liveness_endpoint=os.environ.get(
+            "FLASHCOUPON_OPERATOR_LIVENESS", "http://0.0.0.0:8085/healthz"
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()
