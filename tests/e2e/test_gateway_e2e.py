@@ -132,7 +132,8 @@ def issuer(stack: Stack) -> Iterator[Proc]:
 
 @pytest.fixture(scope="module")
 def gateway(stack: Stack, issuer: Proc) -> Iterator[Proc]:
-    p = gateway_proc(stack, issuer.url).start()
+    # A long sold-out memory, so the test of it does not depend on the machine's speed.
+    p = gateway_proc(stack, issuer.url, sold_out_cache_seconds="30").start()
     yield p
     p.stop()
 
@@ -276,3 +277,33 @@ async def test_waiting_room_sse_counts_down_then_issues(
     assert state["state"] == "admitted" and state["position"] == 0, state
     r = await client.post(f"/v1/events/{eid}/issue", headers=bearer(first_user))
     assert r.status_code == 201 and r.json()["userId"] == first_user
+
+
+async def test_sold_out_is_answered_by_the_gateway_but_keyed_retries_reach_the_issuer(
+    client: httpx.AsyncClient, issuer: Proc, redis_cluster: Any
+) -> None:
+    spec = await provision(redis_cluster, quantity=2)
+    path = f"/v1/events/{spec.event_id}/issue"
+    first = await client.post(path, headers={**bearer("so-1"), "Idempotency-Key": "so-1-k"})
+    assert first.status_code == 201
+    assert (await client.post(path, headers=bearer("so-2"))).status_code == 201
+    assert_problem(await client.post(path, headers=bearer("so-3")), 410, "SOLD_OUT")
+
+    def issuer_410s(text: str) -> float:
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("flashcoupon_http_requests_total{")
+            and "issue" in line
+            and 'status="410"' in line
+        )
+
+    before = issuer_410s((await client.get(issuer.url + "/metrics")).text)
+    for i in range(5):
+        assert_problem(await client.post(path, headers=bearer(f"late-{i}")), 410, "SOLD_OUT")
+    # Answered by the gateway: the issuer saw none of them.
+    assert issuer_410s((await client.get(issuer.url + "/metrics")).text) == before
+    # A retry with the same Idempotency-Key gets its coupon back, sold out or not.
+    retry = await client.post(path, headers={**bearer("so-1"), "Idempotency-Key": "so-1-k"})
+    assert retry.status_code == 201, retry.text
+    assert retry.json()["couponCode"] == first.json()["couponCode"]

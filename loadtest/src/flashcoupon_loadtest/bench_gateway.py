@@ -84,7 +84,19 @@ async def _provision(quantity: int, tag: str) -> str:
         await redis.aclose()
 
 
-def _round(mode: str, url: str, users: int, concurrency: int, drivers: int) -> dict[str, Any]:
+def _cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """CPU time (user + system) each service process has used so far (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name, pid in pids.items():
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        out[name] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _round(
+    mode: str, url: str, users: int, concurrency: int, drivers: int, pids: dict[str, int]
+) -> dict[str, Any]:
     event_id = asyncio.run(_provision(users, mode))
     scenario = Burst(
         event_id=event_id,
@@ -96,12 +108,18 @@ def _round(mode: str, url: str, users: int, concurrency: int, drivers: int) -> d
         user_prefix=f"b{os.urandom(3).hex()}-",
         name=f"bench-gateway-{mode}",
     )
+    cpu0 = _cpu_seconds(pids)
     result = driver.run(scenario, [url], processes=drivers)
+    cpu1 = _cpu_seconds(pids)
     records = result.records
     return {
         "mode": mode,
         "requests": len(records),
         "rps": round(throughput(records), 1),
+        # Service CPU per request: what each hop costs, independent of machine contention.
+        "cpu_us_per_request": {
+            name: round((cpu1[name] - cpu0[name]) / max(1, len(records)) * 1e6, 1) for name in pids
+        },
         "latency_ms": {
             k: round(v, 2) for k, v in latency_summary(r.latency for r in records).items()
         },
@@ -145,16 +163,18 @@ def main(argv: list[str] | None = None) -> int:
             "issuer": f"http://127.0.0.1:{issuer_port}",
             "gateway": f"http://127.0.0.1:{gateway_port}",
         }
-        # Warm-up (connections, script caches, JIT-free but cache-warm Python), not reported.
+        pids = {"issuer": issuer.pid, "gateway": gateway.pid}
+        # Warm-up (connections, script caches, token cache-cold but import-warm), not reported.
         for mode in ("issuer", "gateway"):
-            _round(mode, targets[mode], 2000, args.concurrency, args.drivers)
+            _round(mode, targets[mode], 2000, args.concurrency, args.drivers, pids)
         rounds = []
         for i in range(args.rounds):
             for mode in ("issuer", "gateway") if i % 2 == 0 else ("gateway", "issuer"):
-                r = _round(mode, targets[mode], args.users, args.concurrency, args.drivers)
+                r = _round(mode, targets[mode], args.users, args.concurrency, args.drivers, pids)
                 print(f"[bench-gateway] round {i + 1} {mode}: {r['rps']} req/s "
                       f"p50 {r['latency_ms']['p50']} ms p99 {r['latency_ms']['p99']} ms "
-                      f"{r['outcomes']}", flush=True)  # fmt: skip
+                      f"{r['outcomes']} cpu us/req {r['cpu_us_per_request']}",
+                      flush=True)  # fmt: skip
                 rounds.append(r)
     finally:
         if gateway is not None:
@@ -165,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for r in rounds if r["mode"] == mode]
         return {
             "rps": round(statistics.median(r["rps"] for r in mine), 1),
+            "cpu_us_per_request": {
+                name: round(statistics.median(r["cpu_us_per_request"][name] for r in mine), 1)
+                for name in ("issuer", "gateway")
+            },
             "p50_ms": round(statistics.median(r["latency_ms"]["p50"] for r in mine), 2),
             "p99_ms": round(statistics.median(r["latency_ms"]["p99"] for r in mine), 2),
         }
@@ -189,7 +213,9 @@ def main(argv: list[str] | None = None) -> int:
         f"[bench-gateway] issuer direct {direct['rps']} req/s (p50 {direct['p50_ms']} ms, "
         f"p99 {direct['p99_ms']} ms); through gateway {through['rps']} req/s "
         f"(p50 {through['p50_ms']} ms, p99 {through['p99_ms']} ms); "
-        f"ratio {ratio:.2f} (target >= {TARGET_RATIO}) -> {out}"
+        f"ratio {ratio:.2f} (target >= {TARGET_RATIO}); service CPU per request: direct "
+        f"{direct['cpu_us_per_request']['issuer']} us, through gateway "
+        f"{through['cpu_us_per_request']} us -> {out}"
     )
     return 0
 

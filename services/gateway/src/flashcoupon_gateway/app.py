@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from flashcoupon_gateway.admission import SpecCache
 from flashcoupon_gateway.auth import Authenticator, JWKSCache
+from flashcoupon_gateway.metrics import IN_FLIGHT
 from flashcoupon_gateway.openapi import OPENAPI
 from flashcoupon_gateway.ratelimit import RateLimiter
 from flashcoupon_gateway.routes import ROUTES
@@ -72,8 +73,10 @@ def create_app(
                 failure_threshold=settings.breaker_failures,
                 open_seconds=settings.breaker_open_seconds,
             ),
+            sold_out_seconds=settings.sold_out_cache_seconds,
         )
         state["redis"] = client
+        IN_FLIGHT.set_function(lambda: gateway.in_flight)  # read at scrape time, not per request
         room.start()
         try:
             yield {"gateway": gateway}

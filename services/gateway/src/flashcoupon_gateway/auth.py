@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import logging
 import re
@@ -118,7 +117,7 @@ def verify_hs256(
         raise unauthorized("token is invalid: DecodeError") from None
     if not isinstance(header, dict) or header.get("alg") != "HS256" or "crit" in header:
         raise unauthorized("token is invalid: InvalidAlgorithmError")
-    expected = hmac.new(key, h + b"." + p, hashlib.sha256).digest()
+    expected = hmac.digest(key, h + b"." + p, "sha256")
     if not hmac.compare_digest(expected, _b64url(s)):
         raise unauthorized("token is invalid: InvalidSignatureError")
     if not isinstance(claims, dict):

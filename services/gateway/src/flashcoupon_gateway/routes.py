@@ -54,6 +54,9 @@ async def issue(request: Request) -> Response:
     event_id = checked_event_id(request.path_params["eventId"])
     await optional_json_body(request, g.settings.max_body_bytes)
     headers = upstream_headers(request, principal.user_id)
+    sold_out = g.known_sold_out(event_id, headers)
+    if sold_out is not None:
+        return relay(sold_out)
     info = await g.specs.get(event_id)
     outcomes, queued = await g.admit_issue(request, event_id, principal.user_id, info)
     limits = rate_headers(outcomes)

@@ -8,8 +8,7 @@ sequences them for one request.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import time
 from dataclasses import dataclass, field
 
 from flashcoupon_common.event_spec import AdmissionSpec
@@ -19,7 +18,7 @@ from starlette.requests import Request
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.admission import EventInfo, SpecCache
 from flashcoupon_gateway.auth import Authenticator, Principal
-from flashcoupon_gateway.metrics import IN_FLIGHT, QUEUED
+from flashcoupon_gateway.metrics import QUEUED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
@@ -71,6 +70,23 @@ def upstream_headers(request: Request, user: str) -> dict[str, str]:
     return headers
 
 
+class _Slot:
+    """`async with gateway.slot():` (a plain class: cheaper than @asynccontextmanager)."""
+
+    __slots__ = ("g",)
+
+    def __init__(self, g: Gateway) -> None:
+        self.g = g
+
+    async def __aenter__(self) -> None:
+        if self.g.in_flight >= self.g.settings.max_in_flight:
+            raise unavailable("the gateway is overloaded; retry shortly", 1, "in_flight")
+        self.g.in_flight += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.g.in_flight -= 1
+
+
 @dataclass
 class Gateway:
     settings: GatewaySettings
@@ -80,19 +96,16 @@ class Gateway:
     specs: SpecCache
     upstream: Forwarder
     in_flight: int = field(default=0)
+    # event -> (until, the issuer's SOLD_OUT answer): after a sell-out, further presses are
+    # answered here for a second, without Redis or the issuer (quantity may be raised, so it
+    # is not remembered for long). Keyed requests bypass it: a retry of a request that did
+    # get a coupon must reach the issuer to get that coupon back.
+    sold_out: dict[str, tuple[float, Answer]] = field(default_factory=dict)
+    sold_out_seconds: float = 1.0
 
-    @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Bounded in-flight requests per process: over the bound, 503 at once."""
-        if self.in_flight >= self.settings.max_in_flight:
-            raise unavailable("the gateway is overloaded; retry shortly", 1, "in_flight")
-        self.in_flight += 1
-        IN_FLIGHT.set(self.in_flight)
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            IN_FLIGHT.set(self.in_flight)
+    def slot(self) -> _Slot:
+        """Bounded in-flight upstream calls per process: over the bound, 503 at once."""
+        return _Slot(self)
 
     async def principal(self, request: Request) -> Principal:
         return await self.auth.authenticate(request.headers.get("authorization"))
@@ -131,12 +144,26 @@ class Gateway:
             stages.append([self.limiter.event_check(event_id, adm.max_per_second)])
         return await self.limiter.check_all(stages), None
 
+    def known_sold_out(self, event_id: str, headers: dict[str, str]) -> Answer | None:
+        hit = self.sold_out.get(event_id)
+        if hit is None or "Idempotency-Key" in headers:
+            return None
+        if hit[0] < time.monotonic():
+            del self.sold_out[event_id]
+            return None
+        return hit[1]
+
     async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
         async with self.slot():
             up = self.upstream.pick_issuer()
-            return await self.upstream.call(
+            answer = await self.upstream.call(
                 up, "POST", f"/internal/v1/events/{event_id}/issue", headers
             )
+        if answer.status == 410 and b'"SOLD_OUT"' in answer.body:
+            if len(self.sold_out) > 10_000:
+                self.sold_out.clear()
+            self.sold_out[event_id] = (time.monotonic() + self.sold_out_seconds, answer)
+        return answer
 
     def queued_body(self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo) -> dict:
         assert info.spec is not None

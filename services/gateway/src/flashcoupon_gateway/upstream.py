@@ -51,7 +51,13 @@ class Upstream:
         self.base_url = base_url
         self.breaker = breaker
         self.pool = HTTPPool(base_url, max_connections=connections)
+        self._latency = {c: UPSTREAM_DURATION.labels(kind, f"{c}xx") for c in range(1, 6)}
         self.publish_state()
+
+    def observe(self, status: int, seconds: float) -> None:
+        child = self._latency.get(status // 100)
+        if child is not None:
+            child.observe(seconds)
 
     def publish_state(self) -> None:
         BREAKER_STATE.labels(self.base_url).set(int(self.breaker.state))
@@ -121,7 +127,7 @@ class Forwarder:
         except BaseException:
             up.breaker.on_abandoned()  # cancelled (client went away): not the upstream's fault
             raise
-        UPSTREAM_DURATION.labels(up.kind, f"{status // 100}xx").observe(time.perf_counter() - start)
+        up.observe(status, time.perf_counter() - start)
         if status >= 500:
             up.breaker.on_failure(time.monotonic())
             up.publish_state()

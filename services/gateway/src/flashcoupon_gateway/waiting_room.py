@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import hmac
 import logging
 import math
@@ -63,7 +62,7 @@ def room_keys(event_id: str) -> list[str]:
 
 def _sig(secret: bytes, event_id: str, user: str, n: int, expiry: int) -> str:
     msg = f"{event_id}\n{user}\n{n}\n{expiry}".encode()
-    digest = hmac.new(secret, msg, hashlib.sha256).digest()[:16]
+    digest = hmac.digest(secret, msg, "sha256")[:16]
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
