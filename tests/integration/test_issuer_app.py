@@ -244,9 +244,22 @@ async def test_sold_out_answers_make_no_redis_call(stack, redis_cluster, events)
             return await real_call(*args)
 
         batcher.call = counting
+        winners = []
         for i in range(3):  # the reply for the last coupon says remaining 0: learned there
-            r = await http.post(ISSUE.format(eid), headers={"X-Flashcoupon-User": f"u{i}"})
+            h = {"X-Flashcoupon-User": f"u{i}", "Idempotency-Key": f"k{i}"}
+            r = await http.post(ISSUE.format(eid), headers=h)
             assert r.status_code == 201
+            winners.append((h, r.json()))
+        assert calls == 3
+        # keyed requests are answered locally too: a new key gets SOLD_OUT, the retry of a
+        # winning key gets its coupon back (this process remembers what it issued)
+        r = await http.post(
+            ISSUE.format(eid), headers={"X-Flashcoupon-User": "w", "Idempotency-Key": "kw"}
+        )
+        assert r.status_code == 410
+        for h, body in winners:
+            r = await http.post(ISSUE.format(eid), headers=h)
+            assert r.status_code == 201 and r.json() == body
         assert calls == 3
         local_before = _sold_out_local(eid)
         for i in range(200):

@@ -1,15 +1,21 @@
 """Issuing a coupon: one script call, the reply turned into an Outcome, sold-out remembered.
 
 The decisions here are plain: `parse_reply` maps issue.lua's reply, `SoldOutCache` decides when
-SOLD_OUT can be answered without Redis. The subtle part is who may skip Redis: a request that
-carries an Idempotency-Key may be the retry of one that got a coupon before the event sold out,
-and must get that coupon back, so only key-less requests are answered from the local flag.
+SOLD_OUT can be answered without Redis. The subtle part is a retry after the sell-out: a
+request carrying an Idempotency-Key may repeat one that got a coupon just before the event sold
+out, and must get that coupon back. Clients send a key with every press, so sending keyed
+requests to Redis would put the whole sold-out storm back on Redis; instead each process keeps
+the keyed coupons it issued recently (`ReplayCache`) and answers those retries from it. A retry
+that reaches a *different* issuer process after the sell-out is answered SOLD_OUT although the
+shopper holds the coupon (it is in their wallet); a gateway routing by user avoids that
+(docs/issuer.md).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -114,16 +120,39 @@ class SoldOutCache:
         self._until.pop(event_id, None)
 
 
+class ReplayCache:
+    """The last `capacity` coupons this process issued for keyed requests, by (event, user, key)."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._items: OrderedDict[tuple[str, str, str], Outcome] = OrderedDict()
+
+    def get(self, event_id: str, user_id: str, key: str) -> Outcome | None:
+        return self._items.get((event_id, user_id, key))
+
+    def put(self, event_id: str, user_id: str, key: str, outcome: Outcome) -> None:
+        self._items[(event_id, user_id, key)] = outcome
+        if len(self._items) > self.capacity:
+            self._items.popitem(last=False)
+
+
 class IssueService:
-    def __init__(self, call: ScriptCall, sold_out: SoldOutCache) -> None:
+    def __init__(
+        self, call: ScriptCall, sold_out: SoldOutCache, replays: ReplayCache | None = None
+    ) -> None:
         self._call = call
         self.sold_out = sold_out
+        self.replays = replays or ReplayCache()
 
     async def issue(
         self, event_id: str, user_id: str, request_id: str, traceparent: str, *, keyed: bool
     ) -> Outcome:
-        if not keyed and self.sold_out.known(event_id):
-            metrics.SOLD_OUT_LOCAL.labels(event_id).inc()
+        if self.sold_out.known(event_id):
+            earlier = self.replays.get(event_id, user_id, request_id) if keyed else None
+            if earlier is not None:
+                metrics.count_outcome(event_id, "ISSUED")
+                return Outcome("ISSUED", earlier.coupons, remaining=0, replay=True)
+            metrics.count_sold_out_local(event_id)
             metrics.count_outcome(event_id, "SOLD_OUT")
             return SOLD_OUT
         try:
@@ -141,6 +170,8 @@ class IssueService:
             if exc.__class__.__module__.startswith("redis"):
                 raise IssuerUnavailable(repr(exc)) from exc
             raise
+        if keyed and outcome.status == "ISSUED":
+            self.replays.put(event_id, user_id, request_id, outcome)
         if outcome.status == "SOLD_OUT" or outcome.remaining == 0:
             self.sold_out.learn(event_id)
         if outcome.remaining is not None:

@@ -44,3 +44,13 @@ def set_remaining(event_id: str, remaining: int) -> None:
     if child is None:
         child = _stock[event_id] = STOCK_REMAINING.labels(event_id)
     child.set(remaining)  # type: ignore[attr-defined]
+
+
+_local: dict[str, object] = {}
+
+
+def count_sold_out_local(event_id: str) -> None:
+    child = _local.get(event_id)
+    if child is None:
+        child = _local[event_id] = SOLD_OUT_LOCAL.labels(event_id)
+    child.inc()  # type: ignore[attr-defined]

@@ -1,0 +1,73 @@
+"""The issuer's plain decisions: reply parsing, the sold-out flag, the replay cache."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from flashcoupon_issuer.issuance import IssueService, ReplayCache, SoldOutCache, parse_reply
+
+COUPON = [b"ABCD0123456789", b"big", b"fixed", b"10000", b"", b"", 1_000, 61_000]
+
+
+def test_parse_issued_and_duplicate() -> None:
+    o = parse_reply([b"ISSUED", 41, 0, 1, *COUPON])
+    assert o.status == "ISSUED" and o.remaining == 41 and not o.replay
+    c = o.coupons[0]
+    assert (c.code, c.tier, c.discount.amount, c.discount.percent) == (
+        "ABCD0123456789",
+        "big",
+        10000,
+        None,
+    )
+    assert (c.issued_at_ms, c.expires_at_ms) == (1_000, 61_000)
+    d = parse_reply([b"DUPLICATE", -1, 0, 2, *COUPON, *COUPON])
+    assert d.status == "DUPLICATE" and d.remaining is None and len(d.coupons) == 2
+    assert parse_reply([b"ISSUED", -1, 1, 1, *COUPON]).replay
+
+
+def test_parse_window_answers_carry_the_time() -> None:
+    assert parse_reply([b"NOT_STARTED", 5000, 0, 0]).at_ms == 5000
+    assert parse_reply([b"ENDED", 9000, 0, 0]).at_ms == 9000
+    assert parse_reply([b"SOLD_OUT", 0, 0, 0]).remaining == 0
+
+
+def test_sold_out_flag_expires_and_can_be_forgotten() -> None:
+    cache = SoldOutCache(ttl=0.05)
+    assert not cache.known("e")
+    cache.learn("e")
+    assert cache.known("e")
+    time.sleep(0.06)
+    assert not cache.known("e")
+    cache.learn("e")
+    cache.forget("e")
+    assert not cache.known("e")
+    SoldOutCache(ttl=0).learn("x")  # ttl 0 disables the flag
+
+
+def test_replay_cache_is_bounded() -> None:
+    cache = ReplayCache(capacity=2)
+    o = parse_reply([b"ISSUED", 1, 0, 1, *COUPON])
+    for k in ("a", "b", "c"):
+        cache.put("e", "u", k, o)
+    assert cache.get("e", "u", "a") is None and cache.get("e", "u", "c") is o
+
+
+def test_service_learns_sold_out_from_the_last_coupon() -> None:
+    calls: list[Any] = []
+
+    async def script(*args: str) -> list[Any]:
+        calls.append(args)
+        return [b"ISSUED", 0, 0, 1, *COUPON]
+
+    async def scenario() -> None:
+        service = IssueService(script, SoldOutCache(ttl=60))
+        first = await service.issue("ev", "u1", "k1", "", keyed=True)
+        assert first.status == "ISSUED"
+        assert (await service.issue("ev", "u2", "r", "", keyed=False)).status == "SOLD_OUT"
+        again = await service.issue("ev", "u1", "k1", "", keyed=True)
+        assert again.status == "ISSUED" and again.replay and again.coupons == first.coupons
+        assert len(calls) == 1
+
+    asyncio.run(scenario())
