@@ -37,7 +37,7 @@ def test_small_demo_passes_every_invariant(stack: Any, mysql_url: str, tmp_path:
     assert first.get("ISSUED") == COUPONS, first  # demand exceeded supply: sold out exactly
     assert sum(first.values()) == USERS
     assert report["redis_issued"] == report["persisted"] == COUPONS
-    assert summary["retry_mismatches"] == 0
+    assert summary["retry_contradictions"] == 0
     dups = summary["outcomes_by_kind"].get("dup", {})
     assert "ISSUED" not in dups, dups  # perUserLimit 1: another press never gets a 2nd coupon
     assert (tmp_path / "demo.png").stat().st_size > 10_000

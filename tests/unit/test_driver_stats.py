@@ -14,6 +14,7 @@ from flashcoupon_loadtest.stats import (
     percentile,
     retry_mismatches,
     sell_out_seconds,
+    split_retry_mismatches,
     summarize,
     throughput,
     time_series,
@@ -90,6 +91,24 @@ def test_retry_mismatch_flags_a_replay_that_lost_its_coupon() -> None:
         rec(0, 0.01, "SOLD_OUT", "c", "retry"),  # consistent: nothing was issued
     ]
     assert retry_mismatches(records) == [("b", "C2", "DUPLICATE")]
+
+
+def test_retry_mismatches_split_contradictions_from_stale_sold_out() -> None:
+    records = [
+        rec(0, 0.01, ISSUED, "a", coupon="C1"),
+        rec(0, 0.01, "SOLD_OUT", "a", "retry"),  # stale: another issuer, after the sell-out
+        rec(0, 0.01, ISSUED, "b", coupon="C2"),
+        rec(0, 0.01, ISSUED, "b", "retry", coupon="C9"),  # a second coupon: contradiction
+        rec(0, 0.01, ISSUED, "c", coupon="C3"),
+        Record(0, 0.01, 429, "RATE_LIMITED", "c", "retry"),  # no decision: not counted
+        Record(0, 0.01, 0, "TIMEOUT", "c", "retry"),
+    ]
+    mismatches = retry_mismatches(records)
+    contradicted, stale = split_retry_mismatches(mismatches)
+    assert contradicted == [("b", "C2", "ISSUED C9")]
+    assert stale == [("a", "C1", "SOLD_OUT")]
+    summary = summarize(records)
+    assert (summary["retry_contradictions"], summary["retry_stale_sold_out"]) == (1, 1)
 
 
 def test_time_series_counts_answers_and_issued_per_bucket() -> None:

@@ -42,8 +42,8 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"  drain time    {_s(report['drain_seconds'])} (last answer to MySQL = Redis issued: "
         f"{report['persisted']:,} / {report['redis_issued']:,}); all persisted "
         f"{_s(report.get('persisted_after_sell_out_seconds'))} after the last coupon's answer",
-        f"  retries       {s['retry_mismatches']} Idempotency-Key replays contradicted "
-        "their first answer",
+        f"  retries       {s['retry_contradictions']} Idempotency-Key replays contradicted their "
+        f"first answer; {s['retry_stale_sold_out']} got a stale SOLD_OUT (see invariant 6)",
         f"  driver        {report['driver_cpu_seconds']:.1f} CPU-s for {s['requests']:,} requests "
         f"({report['driver_cpu_seconds'] / max(1e-9, report['burst_seconds']):.0%} of one core "
         "during the burst)",
