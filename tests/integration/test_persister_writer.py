@@ -112,3 +112,31 @@ async def test_stored_values_round_trip(mysql_url: str) -> None:
         assert (row.discount_type, row.percent, row.max_amount) == ("percent", 5, 3000)
     finally:
         await engine.dispose()
+
+
+async def test_redelivery_never_touches_a_redeemed_coupon(mysql_url: str) -> None:
+    writer, engine = await _writer(mysql_url)
+    try:
+        event = random_name("ev")
+        await insert_event(engine, event)
+        c = coupon(event, 1)
+        await writer.write([c])
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE user_coupons SET status='redeemed', order_id='o-1',"
+                    " redeemed_at=NOW(3) WHERE code=:c"
+                ),
+                {"c": c.code},
+            )
+        res = await writer.write([c])  # the issued record, replayed by Kafka
+        assert (res.inserted, res.duplicates, res.rejected) == (0, 1, [])
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    text("SELECT status, order_id FROM user_coupons WHERE code=:c"), {"c": c.code}
+                )
+            ).one()
+        assert (row.status, row.order_id) == ("redeemed", "o-1")
+    finally:
+        await engine.dispose()
