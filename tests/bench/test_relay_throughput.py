@@ -1,17 +1,21 @@
 """Relay throughput: outbox entries → Kafka records per second (printed, never asserted).
 
-    uv run pytest tests/bench/test_relay_throughput.py -s -q
+    make bench-relay    (or: uv run pytest tests/bench/test_relay_throughput.py -s -q)
 
 Writes N entries into a fresh event's outbox first, then times relays draining it into a fresh
 6-partition topic (like coupon-issued), and compares with the naive relay the DESIGN.md
 pitfalls warn about (send_and_wait per record). FLASHCOUPON_BENCH_RELAY_ENTRIES sets N.
+CPU microseconds per record (from /proc) are the figure that does not depend on how busy the
+shared machine is; the figures go to loadtest/results/bench-relay.json.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -34,6 +38,7 @@ from tests.integration.test_relay_pipeline import (
     write_outbox,
 )
 
+RESULTS = Path(__file__).resolve().parents[2] / "loadtest" / "results"
 N = int(os.environ.get("FLASHCOUPON_BENCH_RELAY_ENTRIES", "50000"))
 NAIVE_N = 2000
 
@@ -123,6 +128,16 @@ async def test_relay_throughput(stack, redis_cluster, tmp_path) -> None:
     one = await _drain_rate(stack, redis_cluster, 1, N, batch_size=1000)
     proc1, cpu1 = await _process_rate(stack, redis_cluster, 1, N, tmp_path)
     proc2, cpu2 = await _process_rate(stack, redis_cluster, 2, N, tmp_path)
+    _write_results(
+        naive_records_per_s=naive,
+        in_process_records_per_s=one,
+        one_process_records_per_s=proc1,
+        one_process_cpu_us_per_record=cpu1,
+        two_processes_records_per_s=proc2,
+        two_processes_cpu_us_per_record=cpu2,
+        ratio_relay_vs_naive=proc1 / naive,
+        ratio_two_vs_one_process=proc2 / proc1,
+    )
     print(f"\nrelay throughput, {N} entries, one event stream, 6 partitions, load {_load()}")
     print(f"  naive send_and_wait per record : {naive:8.0f} records/s ({NAIVE_N} records)")
     print(f"  relay in-process, batch 1000   : {one:8.0f} records/s ({one / naive:.1f}x naive)")
@@ -134,6 +149,19 @@ async def test_relay_throughput(stack, redis_cluster, tmp_path) -> None:
         f"  2 relay processes              : {proc2:8.0f} records/s ({proc2 / proc1:.2f}x one)"
         f", {cpu2:.0f} CPU-us/record"
     )
+
+
+def _write_results(**figures: float) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    body = {
+        "benchmark": "relay",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()},
+        "entries": N,
+        "partitions": 6,
+        **{k: round(v, 2) for k, v in figures.items()},
+    }
+    (RESULTS / "bench-relay.json").write_text(json.dumps(body, indent=2) + "\n")
 
 
 def _load() -> str:
