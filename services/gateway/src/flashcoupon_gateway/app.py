@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
+from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes, problem
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -19,7 +21,7 @@ from starlette.routing import Route
 
 from flashcoupon_gateway.admission import SpecCache
 from flashcoupon_gateway.auth import Authenticator, JWKSCache
-from flashcoupon_gateway.metrics import IN_FLIGHT
+from flashcoupon_gateway.metrics import IN_FLIGHT, SHED
 from flashcoupon_gateway.openapi import OPENAPI
 from flashcoupon_gateway.ratelimit import RateLimiter
 from flashcoupon_gateway.routes import ROUTES
@@ -29,9 +31,24 @@ from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_gateway.upstream import Forwarder
 from flashcoupon_gateway.waiting_room import WaitingRoom
 
+logger = logging.getLogger(__name__)
+
 
 async def openapi(request: Request) -> Response:
     return JSONResponse(OPENAPI)
+
+
+async def redis_unavailable(request: Request, exc: Exception) -> Response:
+    # Limits and queues live in Redis: without it the gateway refuses (fail closed) rather than
+    # admitting unlimited traffic; the issuer could not issue without Redis either.
+    logger.warning("redis unavailable on %s: %r", request.url.path, exc)
+    SHED.labels("redis_unavailable").inc()
+    return problem(
+        503,
+        "SERVICE_UNAVAILABLE",
+        "rate-limit store unreachable; retry",
+        headers={"Retry-After": "1"},
+    )
 
 
 def create_app(
@@ -94,7 +111,13 @@ def create_app(
 
     return Starlette(
         routes=[*ROUTES, Route("/openapi.json", openapi, methods=["GET"]), *health_routes(ready)],
-        exception_handlers=exception_handlers(),
+        exception_handlers={
+            **exception_handlers(),
+            RedisError: redis_unavailable,
+            RedisClusterException: redis_unavailable,  # not a RedisError subclass
+            TimeoutError: redis_unavailable,  # the batcher's deadline
+            ConnectionError: redis_unavailable,
+        },
         middleware=[Middleware(REDMiddleware, service="gateway")],
         lifespan=lifespan,
     )

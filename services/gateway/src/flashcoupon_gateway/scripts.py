@@ -35,7 +35,10 @@ class ScriptRunner:
 
     def __init__(self, redis: RedisCluster) -> None:
         self.redis = redis
-        self._batcher = ScriptBatcher(redis, client="gateway", command_timeout=2.0)
+        # Fail fast: a shopper should get a 503 within seconds, not wait out a long failover.
+        self._batcher = ScriptBatcher(
+            redis, client="gateway", command_timeout=1.0, retry_deadline=3.0
+        )
 
     async def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         return await self._batcher.call(script, keys, args)
