@@ -1,6 +1,7 @@
 """`make bench-persister`: rows/s into MariaDB through the real persister vs a plain executemany.
 
     uv run python -m flashcoupon_loadtest.bench_persister [--records 200000] [--batch 2000]
+        [--concurrency 4]
 
 1. Produces N CouponIssued records to a fresh 6-partition topic (a backlog, as after a burst).
 2. Runs the persister (real consumer, writer, commits) on a fresh migrated database and
@@ -145,7 +146,13 @@ def sustained_rate(samples: list[tuple[float, int]], total: int) -> float:
 
 
 async def run_persister(
-    bootstrap: str, url: str, engine: AsyncEngine, topic: str, total: int, batch: int
+    bootstrap: str,
+    url: str,
+    engine: AsyncEngine,
+    topic: str,
+    total: int,
+    batch: int,
+    concurrency: int,
 ) -> dict[str, Any]:
     group = f"bench-{uuid.uuid4().hex[:8]}"
     settings = PersisterSettings(
@@ -156,6 +163,8 @@ async def run_persister(
         dlq_topic=f"{topic}-dlq",
         max_batch=batch,
         max_wait_ms=100,
+        write_concurrency=concurrency,
+        db_pool_size=concurrency + 2,
     )
     samples: list[tuple[float, int]] = []
     inserted = metrics.ROWS.labels("inserted")
@@ -245,7 +254,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         try:
             print("persister: consuming the backlog into MariaDB ...", flush=True)
             persister = await run_persister(
-                kafka.bootstrap, url, engine, topic, args.records, args.batch
+                kafka.bootstrap, url, engine, topic, args.records, args.batch, args.concurrency
             )
             assert await count(engine) == args.records
         finally:
@@ -258,7 +267,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {ceiling}", flush=True)
         url3, engine3 = await fresh_database(mysql.url, dbs[2], event_id)
         await engine3.dispose()
-        conc = PersisterSettings.write_concurrency
+        conc = args.concurrency
         print(f"ceiling: the same over {conc} connections (as the persister) ...", flush=True)
         ceiling_c = await run_ceiling(url3, coupons, args.batch, connections=conc)
         print(f"  {ceiling_c}", flush=True)
@@ -275,6 +284,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "records": args.records,
         "batch": args.batch,
+        "write_concurrency": args.concurrency,
         "partitions": PARTITIONS,
         "produce_seconds": round(produce_s, 2),
         "persister": persister,
@@ -291,6 +301,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=2000, help="persister max batch")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=PersisterSettings.write_concurrency,
+        help="persister write concurrency",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "bench-persister.json")
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
