@@ -145,3 +145,46 @@ def test_relay_refuses_bad_settings_with_the_variable_name(stack, tmp_path) -> N
     )
     assert out.returncode == 2
     assert "FLASHCOUPON_RELAY_BATCH_SIZE" in out.stdout + out.stderr
+
+
+async def test_sigterm_finishes_the_batch_in_flight(stack, redis_cluster, tmp_path) -> None:
+    event_id, topic = random_name("rel"), random_name("t-relay")
+    await create_topics(stack.kafka.bootstrap, topic, topic + "-dlq")
+    await register(redis_cluster, event_id)
+    coupons = make_coupons(event_id, 3000)
+    await write_outbox(redis_cluster, coupons)
+    key = keys.outbox_key(event_id)
+    log = tmp_path / "relay.log"
+    relay, _ = start_relay(
+        stack.env(),
+        log,
+        consumer="relay-c",
+        topic=topic,
+        dlq_topic=topic + "-dlq",
+        events=event_id,
+        batch_size="500",
+        linger_ms="1000",  # every batch waits a second in the producer: SIGTERM lands mid-batch
+    )
+    try:
+
+        async def holds_a_batch() -> bool:
+            assert relay.poll() is None, log.read_text()
+            return await pending_of(redis_cluster, key, "relay-c") > 0
+
+        await wait_until(holds_a_batch, within=60, interval=0.05, what="relay reading")
+        relay.send_signal(signal.SIGTERM)
+        assert relay.wait(30) in (0, -signal.SIGTERM)
+        # The batch it held was sent and acknowledged before exiting, not left for a claim.
+        assert await pending_of(redis_cluster, key, "relay-c") == 0
+        remaining = await redis_cluster.xlen(key)
+        assert 0 < remaining < len(coupons)  # it stopped reading new batches
+        codes = set(codes_of(await read_all(stack.kafka.bootstrap, topic)))
+        assert len(codes) == len(coupons) - remaining
+        entries = await redis_cluster.xrange(key)
+        still_there = {e[1][b"c"].decode() for e in entries}
+        assert codes | still_there == {c.code for c in coupons}  # each either sent or kept
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+            relay.wait(10)
+        await cleanup_event(redis_cluster, event_id)
