@@ -3,9 +3,14 @@
 redis-py has no auto-pipelining, and its ClusterPipeline refuses EVALSHA, so concurrent script
 calls would each pay a round trip. `ScriptBatcher.call()` queues the call on the node that owns
 its slot; once per event-loop tick (or when `max_batch` calls are waiting) each node's queue is
-written as one pipeline of EVALSHAs on one connection of that node, and the replies are read
+written as one pipeline of EVALSHAs on one connection to that node, and the replies are read
 back in order. A node has at most `max_inflight` batches on the wire; calls arriving meanwhile
 wait for the next batch, so batches grow with load instead of connections.
+
+The batcher keeps its own small connections per node (asyncio streams + the hiredis parser) and
+writes RESP itself, with the constant head of each EVALSHA (sha, key count, keys) encoded once:
+redis-py's per-command packing and per-reply reading cost more CPU than the whole HTTP request
+around them. redis-py's RedisCluster is still the source of the slot map.
 
 The subtle part is retrying. A call is retried after NOSCRIPT (SCRIPT LOAD first: a restarted
 or promoted node has an empty script cache), MOVED/TRYAGAIN/CLUSTERDOWN and connection errors
@@ -30,8 +35,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import hiredis
 from prometheus_client import Histogram
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis._parsers.base import BaseParser
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -60,6 +67,9 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutE
 _REROUTE = (MovedError, TryAgainError, ClusterDownError, ReadOnlyError)
 
 
+_PREFIX_CACHE_MAX = 10_000
+
+
 class NotReplicatedError(Exception):
     """The script ran, but WAIT saw fewer replicas acknowledge it than required."""
 
@@ -67,6 +77,52 @@ class NotReplicatedError(Exception):
         super().__init__(f"write acknowledged by {acked} replica(s) only")
         self.result = result
         self.acked = acked
+
+
+def _bulk(value: Arg) -> bytes:
+    raw = value if isinstance(value, bytes) else str(value).encode()
+    return b"$%d\r\n%s\r\n" % (len(raw), raw)
+
+
+def pack(*parts: Arg) -> bytes:
+    """One command in RESP."""
+    return b"*%d\r\n" % len(parts) + b"".join(_bulk(p) for p in parts)
+
+
+class _NodeConnection:
+    """One connection to one node: raw asyncio streams and a hiredis reply parser."""
+
+    __slots__ = ("parser", "reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        # Error replies become redis-py's exception classes (NoScriptError, MovedError, ...).
+        self.parser = hiredis.Reader(replyError=BaseParser.parse_error)
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> _NodeConnection:
+        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        return cls(reader, writer)
+
+    async def roundtrip(self, payload: bytes, expected: int) -> list[Any]:
+        self.writer.write(payload)
+        replies: list[Any] = []
+        parser = self.parser
+        while True:
+            reply = parser.gets()
+            while reply is not False:
+                replies.append(reply)
+                if len(replies) == expected:
+                    return replies
+                reply = parser.gets()
+            data = await self.reader.read(1 << 16)
+            if not data:
+                raise RedisConnectionError("connection closed by the server")
+            parser.feed(data)
+
+    def close(self) -> None:
+        self.writer.close()
 
 
 @dataclass(slots=True)
@@ -81,7 +137,10 @@ class _Call:
 
 @dataclass(slots=True)
 class _NodeQueue:
+    host: str
+    port: int
     calls: deque[_Call] = field(default_factory=deque)
+    idle: list[_NodeConnection] = field(default_factory=list)
     inflight: int = 0
     scheduled: bool = False
 
@@ -106,23 +165,23 @@ class ScriptBatcher:
         self.wait_timeout_ms = wait_timeout_ms
         self.command_timeout = command_timeout
         self.retry_deadline = retry_deadline
+        self._wait = pack("WAIT", wait_replicas, wait_timeout_ms) if wait_replicas else b""
         self._sizes = BATCH_SIZE.labels(client)
         self._queues: dict[str, _NodeQueue] = {}
+        self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         self._refreshing: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA `script` with `keys` (one slot) and `args`, sharing a round trip."""
-        loop = asyncio.get_running_loop()
         if not self.redis.nodes_manager.slots_cache:
             await self.redis.initialize()
+        loop = asyncio.get_running_loop()
         item = _Call(
             script, keys, args, loop.create_future(), time.monotonic() + self.retry_deadline
         )
         self._enqueue(item)
-        # Every path settles the future before the deadline; the outer bound only guarantees
-        # that a bug here can never hang a request forever.
-        return await asyncio.wait_for(item.future, self.retry_deadline + self.command_timeout + 5)
+        return await item.future
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
@@ -131,6 +190,23 @@ class ScriptBatcher:
             for item in queue.calls:
                 if not item.future.done():
                     item.future.cancel()
+            for conn in queue.idle:
+                conn.close()
+            queue.idle.clear()
+
+    # ---- encoding
+    def _encode(self, item: _Call) -> bytes:
+        key = (item.script.sha, tuple(item.keys))
+        head = self._prefixes.get(key)
+        if head is None:
+            if len(self._prefixes) >= _PREFIX_CACHE_MAX:
+                self._prefixes.clear()  # e.g. per-user rate-limit keys: keep it bounded
+            parts = ("EVALSHA", item.script.sha, len(item.keys), *item.keys)
+            head = self._prefixes[key] = (len(parts), b"".join(_bulk(p) for p in parts))
+        count, prefix = head
+        return (
+            b"*%d\r\n" % (count + len(item.args)) + prefix + b"".join(_bulk(a) for a in item.args)
+        )
 
     # ---- queueing
     def _enqueue(self, item: _Call) -> None:
@@ -139,80 +215,86 @@ class ScriptBatcher:
         except Exception as exc:  # noqa: BLE001 - slot not covered right now: retry later
             self._retry_later(item, exc)
             return
-        queue = self._queues.setdefault(node.name, _NodeQueue())
+        queue = self._queues.get(node.name)
+        if queue is None:
+            queue = self._queues[node.name] = _NodeQueue(node.host, node.port)
         queue.calls.append(item)
         if not queue.scheduled:
             queue.scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush, node.name)
+            asyncio.get_running_loop().call_soon(self._flush, queue)
 
-    def _flush(self, name: str) -> None:
-        queue = self._queues[name]
+    def _flush(self, queue: _NodeQueue) -> None:
         queue.scheduled = False
-        node = self.redis.nodes_manager.nodes_cache.get(name)
         while queue.calls and queue.inflight < self.max_inflight:
             batch = [queue.calls.popleft() for _ in range(min(self.max_batch, len(queue.calls)))]
-            if node is None:  # the node left the slot map since these were queued
-                for item in batch:
-                    self._enqueue(item)
-                continue
             queue.inflight += 1
-            self._spawn(self._send(node, queue, batch))
-
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+            task = asyncio.get_running_loop().create_task(self._send(queue, batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     # ---- one pipeline on one connection
-    async def _send(self, node: ClusterNode, queue: _NodeQueue, batch: list[_Call]) -> None:
+    async def _send(self, queue: _NodeQueue, batch: list[_Call]) -> None:
         self._sizes.observe(len(batch))
-        commands: list[tuple[Arg, ...]] = [
-            ("EVALSHA", c.script.sha, len(c.keys), *c.keys, *c.args) for c in batch
-        ]
-        if self.wait_replicas:
-            commands.append(("WAIT", self.wait_replicas, self.wait_timeout_ms))
+        payload = b"".join([self._encode(c) for c in batch]) + self._wait
+        expected = len(batch) + (1 if self.wait_replicas else 0)
+        conn: _NodeConnection | None = None
         replies: list[Any] = []
-        connection = node.acquire_connection()
         try:
-            timeout = self.command_timeout + self.wait_timeout_ms / 1000
-            async with asyncio.timeout(timeout):
-                await connection.send_packed_command(connection.pack_commands(commands))
-                for _ in commands:
-                    try:
-                        replies.append(await connection.read_response())
-                    except ResponseError as exc:
-                        replies.append(exc)
+            async with asyncio.timeout(self.command_timeout + self.wait_timeout_ms / 1000):
+                conn = (
+                    queue.idle.pop()
+                    if queue.idle
+                    else await _NodeConnection.open(queue.host, queue.port)
+                )
+                replies = await conn.roundtrip(payload, expected)
+                missing = {
+                    c.script.sha: c.script
+                    for c, r in zip(batch, replies, strict=False)
+                    if isinstance(r, NoScriptError)
+                }
+                for script in missing.values():
+                    # a restarted or promoted node: load, then those calls go round again
+                    await conn.roundtrip(pack("SCRIPT", "LOAD", script.source), 1)
         except _TRANSIENT as exc:
-            # The connection state is unknown (a reply may be half read): drop it.
-            await connection.disconnect()
-            logger.warning("redis batch of %d to %s failed: %r", len(batch), node.name, exc)
+            # The connection's state is unknown (a reply may be half read): drop it.
+            if conn is not None:
+                conn.close()
+                conn = None
+            logger.warning(
+                "redis batch of %d to %s:%d failed: %r", len(batch), queue.host, queue.port, exc
+            )
             self._refresh_soon()
-            for item in batch[len(replies) :]:
-                self._retry_later(item, exc)
-            batch = batch[: len(replies)]
+            if len(replies) < len(batch):
+                # Some replies (and the WAIT) are missing: run the whole batch again; the
+                # scripts' request ids make a second run return the first run's result.
+                for item in batch:
+                    self._retry_later(item, exc)
+                return
         except BaseException:
-            await connection.disconnect()
+            if conn is not None:
+                conn.close()
+                conn = None
             raise
         finally:
-            node.release(connection)
+            if conn is not None:
+                queue.idle.append(conn)
             queue.inflight -= 1
             if queue.calls and not queue.scheduled:
                 queue.scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush, node.name)
-        acked = replies[-1] if self.wait_replicas and len(replies) == len(commands) else None
-        await self._settle(node, batch, replies, acked)
+                asyncio.get_running_loop().call_soon(self._flush, queue)
+        acked = replies[-1] if self.wait_replicas and len(replies) == expected else None
+        self._settle(batch, replies, acked)
 
-    async def _settle(
-        self, node: ClusterNode, batch: list[_Call], replies: list[Any], acked: Any
-    ) -> None:
-        reload = False
+    def _settle(self, batch: list[_Call], replies: list[Any], acked: Any) -> None:
         for item, reply in zip(batch, replies, strict=False):
             if item.future.done():
                 continue
             if isinstance(reply, NoScriptError):
-                reload = True
+                self._retry_later(item, None)
             elif isinstance(reply, AskError) and not isinstance(reply, MovedError):
-                self._spawn(self._ask(item, reply))
+                task = asyncio.get_running_loop().create_task(self._ask(item, reply))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
             elif isinstance(reply, _REROUTE):
                 self._refresh_soon()
                 self._retry_later(item, reply)
@@ -222,34 +304,23 @@ class ScriptBatcher:
                 item.future.set_exception(NotReplicatedError(reply, int(acked or 0)))
             else:
                 item.future.set_result(reply)
-        if reload:
-            missing = [
-                i for i, r in zip(batch, replies, strict=False) if isinstance(r, NoScriptError)
-            ]
-            try:
-                for script in {i.script.sha: i.script for i in missing}.values():
-                    await node.execute_command("SCRIPT", "LOAD", script.source)
-            except Exception as exc:  # noqa: BLE001 - the retry path decides when to give up
-                logger.warning("SCRIPT LOAD on %s failed: %r", node.name, exc)
-            for item in missing:
-                self._retry_later(item, None)
 
     async def _ask(self, item: _Call, err: AskError) -> None:
         """Slot migrating: run this one call on the importing node, after ASKING."""
-        target = self.redis.get_node(err.host, err.port)
-        if target is None:
-            self._refresh_soon()
-            self._retry_later(item, err)
-            return
         try:
-            args = ("EVALSHA", item.script.sha, len(item.keys), *item.keys, *item.args)
+            conn = await _NodeConnection.open(err.host, err.port)
             try:
-                result = await target.execute_command(*args, asking=True)
-            except NoScriptError:
-                await target.execute_command("SCRIPT", "LOAD", item.script.source)
-                result = await target.execute_command(*args, asking=True)
-            if not item.future.done():
-                item.future.set_result(result)
+                payload = pack("ASKING") + self._encode(item)
+                _, reply = await conn.roundtrip(payload, 2)
+                if isinstance(reply, NoScriptError):
+                    await conn.roundtrip(pack("SCRIPT", "LOAD", item.script.source), 1)
+                    _, reply = await conn.roundtrip(payload, 2)
+            finally:
+                conn.close()
+            if isinstance(reply, Exception):
+                self._retry_later(item, reply)
+            elif not item.future.done():
+                item.future.set_result(reply)
         except Exception as exc:  # noqa: BLE001 - retried like any other failure
             self._retry_later(item, exc)
 

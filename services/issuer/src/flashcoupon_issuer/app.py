@@ -88,7 +88,13 @@ async def listen_for_supply(redis: RedisCluster, cache: SoldOutCache, stop: asyn
 def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
-        client = redis if redis is not None else create_redis_cluster(settings.redis)
+        client = (
+            redis
+            if redis is not None
+            else create_redis_cluster(
+                settings.redis, max_connections=settings.redis_max_connections
+            )
+        )
         await client.initialize()
         app.state.redis_client = client
         batcher = ScriptBatcher(

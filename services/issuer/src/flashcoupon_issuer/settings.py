@@ -39,6 +39,9 @@ class IssuerSettings:
     max_inflight: int = 2
     # How long one issue call may keep retrying through a failover before answering 503.
     retry_deadline_s: float = 15.0
+    # Per node, for redis-py's own commands (the naive path and event reads); the batcher
+    # uses max_inflight connections of its own per node.
+    redis_max_connections: int = 512
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> IssuerSettings:
@@ -55,6 +58,7 @@ class IssuerSettings:
             max_batch=env_int(env, p + "MAX_BATCH", 512),
             max_inflight=env_int(env, p + "MAX_INFLIGHT", 2),
             retry_deadline_s=env_float(env, p + "RETRY_DEADLINE_S", 15.0),
+            redis_max_connections=env_int(env, p + "REDIS_MAX_CONNECTIONS", 512),
         )
         s.validate()
         return s

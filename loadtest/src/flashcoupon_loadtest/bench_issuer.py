@@ -1,0 +1,236 @@
+"""`make bench-issuer`: the issuer against the HTTP framework's own ceiling, same run, same box.
+
+    uv run python -m flashcoupon_loadtest.bench_issuer [--requests 30000] [--rounds 2]
+
+Four paths, each served by ONE uvicorn worker process started with identical settings
+(`python -m uvicorn ... --loop uvloop --http httptools --no-access-log`):
+
+  hello    a hello-world Starlette route (flashcoupon_loadtest.hello), GET /
+  naive    the issuer app with FLASHCOUPON_ISSUER_BATCHING=false: one EVALSHA round trip per
+           request through redis-py's RedisCluster
+  issuer   the real issuer app: auto-pipelined EVALSHA (redis_batch), on an event large enough
+           never to sell out during the run
+  soldout  the same issuer process on a sold-out event: answered from the local flag
+
+The load comes from the project's driver (flashcoupon_loadtest.driver, raw keep-alive
+HTTP/1.1) in its own process; every request is a distinct shopper with its own
+Idempotency-Key. Rounds alternate the paths so machine noise hits all of them; the best round
+of each path is reported (a ceiling measurement), all rounds are kept in the JSON. Results go
+to loadtest/results/bench-issuer.json. Targets: issuer >= 60 % of hello, sold-out >= 85 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from flashcoupon_common import event_state, keys
+from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.lua import ISSUE
+from flashcoupon_common.messages import Discount
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_common.settings import RedisSettings
+
+from flashcoupon_loadtest import driver
+from flashcoupon_loadtest.localrun import free_port, stack_env, wait_ready
+from flashcoupon_loadtest.scenarios import Burst, GetLoop
+from flashcoupon_loadtest.stats import latency_summary, outcome_counts, throughput
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+LOGS = Path(__file__).resolve().parents[3] / ".stack" / "logs"
+TARGETS = {"issuer": 0.60, "soldout": 0.85}
+
+
+def _spec(event_id: str, quantity: int) -> EventSpec:
+    now = datetime.now(UTC)
+    return EventSpec(
+        event_id=event_id,
+        title="bench",
+        quantity=quantity,
+        start_at=now - timedelta(minutes=1),
+        end_at=now + timedelta(hours=2),
+        tiers=(
+            TierSpec("big", Discount("fixed", amount=10000), 10),
+            TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
+        ),
+    )
+
+
+def _serve(app: str, port: int, env: dict[str, str], log: str, factory: bool) -> Any:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--loop",
+        "uvloop",
+        "--http",
+        "httptools",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--backlog",
+        "4096",
+        *(["--factory"] if factory else []),
+    ]
+    out = (LOGS / log).open("wb")
+    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    wait_ready(f"http://127.0.0.1:{port}/readyz", proc=proc, timeout=60)
+    return proc
+
+
+def _measure(scenario: Any, url: str, processes: int) -> dict[str, Any]:
+    result = driver.run(scenario, [url], processes=processes, timeout=300)
+    recs = result.records
+    lat = latency_summary(r.latency for r in recs)
+    return {
+        "requests": len(recs),
+        "rps": round(throughput(recs), 1),
+        "p50_ms": round(lat["p50"], 2),
+        "p99_ms": round(lat["p99"], 2),
+        "outcomes": outcome_counts(recs),
+        "driver_cpu_s": round(result.cpu_seconds, 2),
+        "wall_s": round(result.wall_seconds, 2),
+    }
+
+
+async def _provision(redis_settings: RedisSettings, run: str) -> dict[str, str]:
+    client = create_redis_cluster(redis_settings)
+    await client.initialize()
+    events = {"naive": f"bench-naive-{run}", "issuer": f"bench-live-{run}"}
+    for eid in events.values():
+        await event_state.provision(client, _spec(eid, 10_000_000))
+    sold = f"bench-sold-{run}"
+    await event_state.provision(client, _spec(sold, 1))
+    await client.eval(ISSUE.source, 4, *keys.issue_keys(sold), "first", "r-first", "")
+    events["soldout"] = sold
+    await client.aclose()
+    return events
+
+
+async def _cleanup(redis_settings: RedisSettings, events: dict[str, str]) -> None:
+    client = create_redis_cluster(redis_settings)
+    await client.initialize()
+    for eid in events.values():
+        await event_state.delete_state(client, eid)
+    await client.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_issuer")
+    ap.add_argument("--requests", type=int, default=30_000, help="requests per path per round")
+    ap.add_argument("--concurrency", type=int, default=128, help="keep-alive connections")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--processes", type=int, default=driver.default_processes())
+    ap.add_argument("--out", default=str(RESULTS / "bench-issuer.json"))
+    args = ap.parse_args(argv)
+
+    env = stack_env()
+    redis_settings = RedisSettings.from_env(env)
+    run = f"{int(time.time())}"
+    events = asyncio.run(_provision(redis_settings, run))
+    ports = {name: free_port() for name in ("hello", "naive", "issuer")}
+    procs = {
+        "hello": _serve(
+            "flashcoupon_loadtest.hello:app", ports["hello"], env, "bench-hello.log", False
+        ),
+        "naive": _serve(
+            "flashcoupon_issuer.__main__:build",
+            ports["naive"],
+            {**env, "FLASHCOUPON_ISSUER_BATCHING": "false"},
+            "bench-naive.log",
+            True,
+        ),
+        "issuer": _serve(
+            "flashcoupon_issuer.__main__:build", ports["issuer"], env, "bench-issuer.log", True
+        ),
+    }
+    rounds: dict[str, list[dict[str, Any]]] = {
+        k: [] for k in ("hello", "naive", "issuer", "soldout")
+    }
+    try:
+        for rnd in range(args.rounds + 1):  # round 0 warms every path up and is discarded
+            n = args.requests if rnd else max(2000, args.requests // 10)
+            for path in rounds:
+                url = f"http://127.0.0.1:{ports['issuer' if path == 'soldout' else path]}"
+                if path == "hello":
+                    scenario: Any = GetLoop(path="/", total=n, concurrency=args.concurrency)
+                else:
+                    scenario = Burst(
+                        event_id=events[path],
+                        mode="issuer",
+                        users=n,
+                        concurrency=args.concurrency,
+                        dup_fraction=0.0,
+                        retry_fraction=0.0,
+                        user_prefix=f"r{rnd}-{path}-",
+                        name=f"bench-{path}",
+                    )
+                m = _measure(scenario, url, args.processes)
+                if rnd:
+                    rounds[path].append(m)
+                    print(
+                        f"round {rnd} {path:8s} {m['rps']:9.0f} req/s  p50 {m['p50_ms']:6.2f} ms"
+                        f"  p99 {m['p99_ms']:6.2f} ms  {m['outcomes']}",
+                        flush=True,
+                    )
+    finally:
+        for proc in procs.values():
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        asyncio.run(_cleanup(redis_settings, events))
+
+    best = {path: max(ms, key=lambda m: m["rps"]) for path, ms in rounds.items()}
+    hello = best["hello"]["rps"]
+    ratios = {path: round(best[path]["rps"] / hello, 3) for path in ("naive", "issuer", "soldout")}
+    report = {
+        "benchmark": "issuer",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "settings": {
+            "requests_per_round": args.requests,
+            "concurrency": args.concurrency,
+            "rounds": args.rounds,
+            "driver_processes": args.processes,
+            "server": "1 uvicorn worker, uvloop, httptools, no access log",
+        },
+        "best": best,
+        "rounds": rounds,
+        "ratios_vs_hello": ratios,
+        "targets": TARGETS,
+        "met": {k: ratios[k] >= v for k, v in TARGETS.items()},
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print()
+    print(f"{'path':8s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'vs hello':>9s}")
+    for path in ("hello", "naive", "issuer", "soldout"):
+        b = best[path]
+        ratio = 1.0 if path == "hello" else ratios[path]
+        print(f"{path:8s} {b['rps']:9.0f} {b['p50_ms']:8.2f} {b['p99_ms']:8.2f} {ratio:9.2f}")
+    print(f"targets: {TARGETS}; met: {report['met']}; written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
