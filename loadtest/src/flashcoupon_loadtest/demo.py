@@ -21,6 +21,7 @@ import asyncio
 import os
 import secrets
 import sys
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -146,7 +147,11 @@ async def run(args: argparse.Namespace) -> int:
             )
             print(f"starting services (logs in {services.log_dir}) ...", flush=True)
             t0 = time.time()
-            await asyncio.to_thread(services.start)
+            try:
+                await asyncio.to_thread(services.start)
+            except asyncio.CancelledError:
+                services.stop()  # also makes the starting thread give up waiting
+                raise
             print(
                 f"  {len(services.services)} services ready in {time.time() - t0:.1f}s: "
                 + ", ".join(f"{s.name} :{s.port}" for s in services.services)
@@ -198,14 +203,20 @@ async def _drop(
         f"{args.processes} driver process(es) -> {', '.join(targets)}"
     )
     # A 50 ms margin: a press that reaches Redis before startAt is (rightly) NOT_STARTED.
-    result = await asyncio.to_thread(
-        driver.run,
-        burst,
-        targets,
-        processes=args.processes,
-        start_at=start_at.timestamp() + 0.05,
-        progress=_progress(watch, args.coupons),
-    )
+    stop = threading.Event()
+    try:
+        result = await asyncio.to_thread(
+            driver.run,
+            burst,
+            targets,
+            processes=args.processes,
+            start_at=start_at.timestamp() + 0.05,
+            progress=_progress(watch, args.coupons),
+            stop=stop,
+        )
+    except asyncio.CancelledError:
+        stop.set()  # Ctrl-C: the thread would otherwise finish the whole burst first
+        raise
     if sys.stdout.isatty():
         print()
     records = result.records

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import queue
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,10 @@ class Scenario(Protocol):
     async def prepare(self, ctx: WorkerContext) -> None: ...
 
     async def fire(self, ctx: WorkerContext) -> list[Record]: ...
+
+
+class RunAborted(Exception):
+    """The run was stopped from outside (`stop` was set); the workers are terminated."""
 
 
 @dataclass
@@ -109,8 +114,14 @@ def run(
     progress: Progress | None = None,
     progress_interval: float = 1.0,
     timeout: float = 600.0,
+    stop: threading.Event | None = None,
 ) -> RunResult:
-    """Run `scenario` in `processes` workers; fire at wall time `start_at` (or when ready)."""
+    """Run `scenario` in `processes` workers; fire at wall time `start_at` (or when ready).
+
+    Setting `stop` (e.g. from an event loop whose task was cancelled by Ctrl-C, while this
+    runs in a thread) terminates the workers and raises RunAborted within ~0.2 s.
+    """
+    stop = stop or threading.Event()
     spawn = mp.get_context("spawn")  # the caller may hold threads or an event loop: no fork
     parsed = tuple(Target.parse(t) for t in targets)
     counters = spawn.Array("q", 2 * processes, lock=False)
@@ -129,9 +140,9 @@ def run(
     try:
         deadline = time.monotonic() + timeout
         for _ in workers:
-            _get_or_fail(ready, workers, deadline, results)
-        if start_at is not None:
-            time.sleep(max(0.0, start_at - time.time()))
+            _get_or_fail(ready, workers, deadline, results, stop)
+        if start_at is not None and stop.wait(max(0.0, start_at - time.time())):
+            raise RunAborted(scenario.name)
         go_at = time.time()
         go.set()
         collected: dict[int, tuple[list[Record], float]] = {}
@@ -140,6 +151,8 @@ def run(
             try:
                 index, records, cpu = results.get(timeout=0.2)
             except queue.Empty:
+                if stop.is_set():
+                    raise RunAborted(scenario.name) from None
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{scenario.name}: workers still running after {timeout}s")
                 if not any(w.is_alive() for w in workers) and results.empty():
@@ -171,8 +184,12 @@ def run(
     )
 
 
-def _get_or_fail(ready: Any, workers: list[Any], deadline: float, results: Any) -> None:
+def _get_or_fail(
+    ready: Any, workers: list[Any], deadline: float, results: Any, stop: threading.Event
+) -> None:
     while True:
+        if stop.is_set():
+            raise RunAborted("stopped while workers were preparing")
         try:
             ready.get(timeout=0.2)
             return

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -42,12 +43,18 @@ def free_port() -> int:
 
 
 def wait_ready(
-    url: str, *, timeout: float = 60.0, proc: subprocess.Popen[bytes] | None = None
+    url: str,
+    *,
+    timeout: float = 60.0,
+    proc: subprocess.Popen[bytes] | None = None,
+    abort: threading.Event | None = None,
 ) -> None:
-    """Poll `url` until it answers 200; fail early if `proc` exits meanwhile."""
+    """Poll `url` until it answers 200; fail early if `proc` exits or `abort` is set."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while time.monotonic() < deadline:
+        if abort is not None and abort.is_set():
+            raise RuntimeError(f"{url}: aborted while waiting for readiness")
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{url}: the process exited with {proc.returncode}")
         try:
@@ -115,6 +122,10 @@ class LocalServices:
         ready_timeout: float = 90.0,
     ) -> None:
         self.base_env = {**os.environ, **stack_env(env), **(env or {})}
+        # start() may run in a thread while stop() is called from another (Ctrl-C):
+        # the lock keeps a process from being started after stop() signalled the rest.
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self.log_dir = log_dir
         self.ready_timeout = ready_timeout
         extra = per_service_env or {}
@@ -178,28 +189,40 @@ class LocalServices:
 
     def start(self) -> LocalServices:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._stopping.clear()
         try:
             for s in self.services:
-                env = {
-                    **self.base_env,
-                    f"{s.prefix}_HOST": "127.0.0.1",
-                    f"{s.prefix}_PORT": str(s.port),
-                    **s.env,
-                }
-                s.log = open(self.log_dir / f"svc-{s.name}.log", "ab")  # noqa: SIM115
-                cmd = [*_script(s.command), "--host", "127.0.0.1", "--port", str(s.port)]
-                s.proc = subprocess.Popen(
-                    cmd, env=env, stdout=s.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-                )
+                with self._lock:
+                    if self._stopping.is_set():
+                        raise RuntimeError("stopped while starting")
+                    self._spawn(s)
             for s in self.services:
                 try:
-                    wait_ready(f"{s.url}/readyz", timeout=self.ready_timeout, proc=s.proc)
+                    wait_ready(
+                        f"{s.url}/readyz",
+                        timeout=self.ready_timeout,
+                        proc=s.proc,
+                        abort=self._stopping,
+                    )
                 except (RuntimeError, TimeoutError) as exc:
                     raise RuntimeError(f"{s.name} did not become ready: {exc}\n{self.tail(s)}")
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _spawn(self, s: Service) -> None:
+        env = {
+            **self.base_env,
+            f"{s.prefix}_HOST": "127.0.0.1",
+            f"{s.prefix}_PORT": str(s.port),
+            **s.env,
+        }
+        s.log = open(self.log_dir / f"svc-{s.name}.log", "ab")  # noqa: SIM115
+        cmd = [*_script(s.command), "--host", "127.0.0.1", "--port", str(s.port)]
+        s.proc = subprocess.Popen(
+            cmd, env=env, stdout=s.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
 
     def tail(self, s: Service, lines: int = 30) -> str:
         path = self.log_dir / f"svc-{s.name}.log"
@@ -209,6 +232,8 @@ class LocalServices:
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM every process we started (gateways first), SIGKILL what outlives `grace`."""
+        with self._lock:
+            self._stopping.set()
         running = [s for s in reversed(self.services) if s.proc and s.proc.poll() is None]
         for s in running:
             assert s.proc is not None
