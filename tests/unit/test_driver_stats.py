@@ -141,12 +141,15 @@ def test_bench_table_picks_rates_latencies_and_ratios() -> None:
         "hello": {"rps": 1000, "p99_ms": 3.5, "host": "x", "ok": True},
         "ratio_issuer_to_hello": 0.7,
         "modes": [{"name": "naive", "rps": 300}],
+        "rounds": [{"rps": 999}],  # per-round repeats of the summary stay out of the table
+        "ratios_vs_hello": {"issuer": 0.6},  # a ratio named by its parent
     }
     assert interesting_leaves(data) == [
         ("hello.rps", 1000.0),
         ("hello.p99_ms", 3.5),
         ("ratio_issuer_to_hello", 0.7),
         ("modes[0:naive].rps", 300.0),
+        ("ratios_vs_hello.issuer", 0.6),
     ]
 
 

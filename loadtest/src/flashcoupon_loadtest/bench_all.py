@@ -44,6 +44,10 @@ INTERESTING = (
 )
 
 
+# Subtrees that repeat the summary per round/sample, or describe the set-up.
+SKIP = frozenset({"rounds", "samples", "series", "pipeline", "settings", "args", "load_average"})
+
+
 def interesting_leaves(data: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, float]]:
     """(dotted path, number) of the leaves whose name says rate/latency/ratio, in file order."""
     out: list[tuple[str, float]] = []
@@ -52,12 +56,14 @@ def interesting_leaves(data: Any, prefix: str = "", depth: int = 0) -> list[tupl
     if isinstance(data, dict):
         for key, value in data.items():
             path = f"{prefix}.{key}" if prefix else str(key)
+            if key in SKIP:
+                continue
             if isinstance(value, dict | list):
                 out += interesting_leaves(value, path, depth + 1)
             elif (
                 isinstance(value, int | float)
                 and not isinstance(value, bool)
-                and any(word in str(key).lower() for word in INTERESTING)
+                and any(word in path.lower() for word in INTERESTING)
             ):
                 out.append((path, float(value)))
     elif isinstance(data, list) and len(data) <= 20:
