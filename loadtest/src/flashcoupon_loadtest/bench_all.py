@@ -1,6 +1,6 @@
 """`make bench`: every service benchmark plus the end-to-end burst, one table.
 
-    uv run python -m flashcoupon_loadtest.bench_all [--only issuer,gateway,persister,e2e]
+    uv run python -m flashcoupon_loadtest.bench_all [--only driver,issuer,persister,gateway,e2e]
 
 Each benchmark runs as its own process, one after the other (they would skew each other on a
 shared machine), and writes its JSON under loadtest/results/; this module reads what each
@@ -21,10 +21,13 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
+# name: (python -m arguments, the JSON file it writes under RESULTS)
 BENCHES = {
-    "issuer": "flashcoupon_loadtest.bench_issuer",
-    "persister": "flashcoupon_loadtest.bench_persister",
-    "gateway": "flashcoupon_loadtest.bench_gateway",
+    # The driver's own ceiling first: every other figure is only as good as the load behind it.
+    "driver": (["flashcoupon_loadtest.driver", "--selftest"], "driver_selftest.json"),
+    "issuer": (["flashcoupon_loadtest.bench_issuer"], "bench-issuer.json"),
+    "persister": (["flashcoupon_loadtest.bench_persister"], "bench-persister.json"),
+    "gateway": (["flashcoupon_loadtest.bench_gateway"], "bench-gateway.json"),
 }
 # Leaf names worth a row in the table: rates, latencies, ratios, sizes, durations.
 INTERESTING = (
@@ -76,31 +79,29 @@ def interesting_leaves(data: Any, prefix: str = "", depth: int = 0) -> list[tupl
     return out
 
 
-def run_bench(name: str, module: str, timeout: float) -> dict[str, Any]:
+def run_bench(name: str, module: list[str], filename: str, timeout: float) -> dict[str, Any]:
     started = time.time()
-    print(f"\n=== bench {name}: python -m {module}", flush=True)
+    print(f"\n=== bench {name}: python -m {' '.join(module)}", flush=True)
     try:
-        proc = subprocess.run([sys.executable, "-m", module], timeout=timeout, check=False)
+        proc = subprocess.run([sys.executable, "-m", *module], timeout=timeout, check=False)
         code = proc.returncode
     except subprocess.TimeoutExpired:
         code = -1
-    files = sorted(
-        p for p in RESULTS.glob("*.json") if p.stat().st_mtime >= started and p.name != "demo.json"
-    )
+    path = RESULTS / filename
     rows: list[tuple[str, float]] = []
-    for path in files:
+    if not path.exists() or path.stat().st_mtime < started:
+        rows.append((f"{filename} not written by this run", float("nan")))
+        code = code or 1
+    else:
         try:
-            rows += [
-                (f"{path.stem}: {k}", v)
-                for k, v in interesting_leaves(json.loads(path.read_text()))
-            ]
+            rows = interesting_leaves(json.loads(path.read_text()))
         except (OSError, ValueError) as exc:
-            rows.append((f"{path.name}: unreadable ({exc})", float("nan")))
+            rows.append((f"{filename} unreadable ({exc})", float("nan")))
     return {
         "bench": name,
         "exit": code,
         "seconds": time.time() - started,
-        "files": [p.name for p in files],
+        "file": filename,
         "rows": rows,
     }
 
@@ -146,26 +147,31 @@ def run_e2e(users: int, coupons: int, timeout: float) -> dict[str, Any]:
         "bench": "e2e",
         "exit": code,
         "seconds": time.time() - started,
-        "files": ["demo.json"],
+        "file": "demo.json",
         "rows": rows,
     }
 
 
+def _fmt(value: float | None) -> str:
+    if value is None or value != value:  # None or NaN: no figure
+        return "n/a"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.3f}".rstrip("0").rstrip(".")
+
+
 def print_table(results: list[dict[str, Any]]) -> None:
     print("\n" + "=" * 78)
-    print(f"{'benchmark':<11}{'figure':<52}{'value':>15}")
+    print(f"{'benchmark':<11}{'figure':<55}{'value':>12}")
     print("-" * 78)
     for res in results:
         status = "ok" if res["exit"] == 0 else f"FAILED (exit {res['exit']})"
         head = f"[{status}, {res['seconds']:.0f}s]"
-        print(f"{res['bench']:<11}{head:<52}")
+        print(f"{res['bench']:<11}{head:<55}")
         for label, value in res["rows"]:
-            shown = (
-                "n/a"
-                if value is None or value != value
-                else f"{value:,.3f}".rstrip("0").rstrip(".")
-            )
-            print(f"{'':<11}{label[:51]:<52}{shown:>15}")
+            shown = _fmt(value)
+            label = label.removeprefix("results.")
+            print(f"{'':<11}{label[:54]:<55}{shown:>12}")
     print("=" * 78)
 
 
@@ -173,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flashcoupon_loadtest.bench_all")
     ap.add_argument(
         "--only",
-        default="issuer,persister,gateway,e2e",
-        help="comma-separated subset of issuer,persister,gateway,e2e",
+        default="driver,issuer,persister,gateway,e2e",
+        help="comma-separated subset of driver,issuer,persister,gateway,e2e",
     )
     ap.add_argument("--e2e-users", type=int, default=100_000)
     ap.add_argument("--e2e-coupons", type=int, default=10_000)
@@ -185,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    results = [run_bench(n, BENCHES[n], args.timeout) for n in BENCHES if n in wanted]
+    results = [run_bench(n, *BENCHES[n], args.timeout) for n in BENCHES if n in wanted]
     if "e2e" in wanted:
         results.append(run_e2e(args.e2e_users, args.e2e_coupons, args.timeout))
     print_table(results)
