@@ -143,10 +143,13 @@ class RateLimiter:
                 decided = await asyncio.gather(*(self._decide(stage[i], now) for i in asked))
                 for i, o in zip(asked, decided, strict=True):
                     results[i] = o
+            # Redis decided somewhere between `now` and the reply; blocking from `now` never
+            # blocks past the true retry time, however late this process read the reply.
+            waited = time.monotonic() - now
             for o in results:
                 assert o is not None
                 if not o.allowed:
-                    self.deny.block(o.check.key, o.retry_after_us / gcra.MICROS)
+                    self.deny.block(o.check.key, o.retry_after_us / gcra.MICROS - waited)
                     RATE_LIMITED.labels(o.check.scope, "redis").inc()
                     raise rate_limited(o)
             outcomes.extend(o for o in results if o is not None)
