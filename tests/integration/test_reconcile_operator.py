@@ -206,5 +206,6 @@ async def test_startup_sets_finalizer_and_watch_timeouts(stack: Any) -> None:
         assert settings.persistence.finalizer == "flashcoupon.io/cleanup"
         assert settings.watching.server_timeout == 300
         assert settings.watching.client_timeout == 330
+        assert settings.posting.loggers and settings.posting.level == logging.WARNING
     finally:
         await handlers.close(memo=memo)

@@ -163,7 +163,10 @@ async def _run(
             try:
                 had_state, marked = await runtime.delete(redis, engine, args.name, force=args.force)
             except runtime.NotPersisted as exc:
-                print(f"couponevent/{args.name} not deleted: {exc}", file=sys.stderr)
+                print(
+                    f"couponevent/{args.name} not deleted: {exc} (or --force, which loses them)",
+                    file=sys.stderr,
+                )
                 return EXIT_REJECTED
             if not (had_state or marked):
                 print(f"couponevent/{args.name}: nothing to delete", file=sys.stderr)

@@ -52,7 +52,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
+    # Warnings logged by handlers (a refused spec, a failed apply) become Kubernetes events.
     settings.posting.level = logging.WARNING
+    settings.posting.loggers = True
     memo.redis = create_redis_cluster(RedisSettings.from_env())
     memo.engine = create_engine(MysqlSettings.from_env(), pool_size=4)
 
@@ -176,6 +178,7 @@ async def cleanup(name: str, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any)
     try:
         await runtime.delete(memo.redis, memo.engine, name, force=force)
     except runtime.NotPersisted as exc:
-        raise kopf.TemporaryError(str(exc), delay=RETRY_SECONDS) from None
+        hint = f'(or annotate {FORCE_DELETE}="true", which loses them)'
+        raise kopf.TemporaryError(f"{exc} {hint}", delay=RETRY_SECONDS) from None
     except INFRA_ERRORS as exc:
         raise kopf.TemporaryError(f"delete failed: {exc}", delay=RETRY_SECONDS) from None

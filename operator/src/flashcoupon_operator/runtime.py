@@ -179,8 +179,7 @@ async def delete(
         if persisted < state.issued:
             raise NotPersisted(
                 f"{state.issued - persisted:,} of the {state.issued:,} coupons issued by "
-                f"{event_id!r} are not in MySQL yet; wait for the persister (or --force, "
-                "which loses them)"
+                f"{event_id!r} are not in MySQL yet; wait for the persister"
             )
     await event_state.delete_state(redis, event_id)
     marked = await catalog.mark_deleted(engine, event_id)
