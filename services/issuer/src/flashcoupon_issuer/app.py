@@ -132,7 +132,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
     app = Starlette(
         routes=[*http.routes(), *health_routes(ready)],
         exception_handlers=exception_handlers(),
-        middleware=[Middleware(REDMiddleware, service="issuer")],
+        middleware=[Middleware(http.IssueEdge), Middleware(REDMiddleware, service="issuer")],
         lifespan=lifespan,
     )
     return app
