@@ -123,3 +123,33 @@ def test_sse_parser_keeps_incomplete_events_for_the_next_chunk() -> None:
     events, rest = parse_sse(rest + b'ult\ndata: {"status": 201}\n\n')
     assert events == [("result", b'{"status": 201}')]
     assert rest == b""
+
+
+async def test_a_keep_alive_closed_while_idle_is_retried_once_on_a_new_connection() -> None:
+    conn, sink = _conn_reading(b"")  # the server closed the idle connection: EOF at once
+    fresh = asyncio.StreamReader()
+    fresh.feed_data(b"HTTP/1.1 410 Gone\r\ncontent-length: 2\r\n\r\n{}")
+    fresh.feed_eof()
+
+    async def reconnect() -> None:
+        conn._reader, conn._writer = fresh, sink  # type: ignore[assignment]
+
+    conn.connect = reconnect  # type: ignore[method-assign]
+    assert (await conn.request(b"REQ"))[::2] == (410, b"{}")
+    assert sink.sent == b"REQREQ"  # sent once on the dead connection, once on the new one
+
+
+async def test_a_fresh_connection_closed_before_answering_is_an_error() -> None:
+    from flashcoupon_loadtest.http1 import ProtocolError
+
+    conn, _ = _conn_reading(b"")
+    conn._writer = None  # not reused: the request is not sent again
+
+    async def connect() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_eof()
+        conn._reader, conn._writer = reader, _Sink()  # type: ignore[assignment]
+
+    conn.connect = connect  # type: ignore[method-assign]
+    with pytest.raises(ProtocolError):
+        await conn.request(b"REQ")

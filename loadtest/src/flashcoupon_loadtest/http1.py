@@ -20,6 +20,10 @@ class ProtocolError(Exception):
     """The server's answer is not HTTP/1.1 we understand, or it closed mid-answer."""
 
 
+class _Stale(Exception):
+    """The connection was closed before any byte of the answer: safe to send again."""
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where requests go: scheme, host, port and a path prefix (an ingress may add one)."""
@@ -94,13 +98,35 @@ class Connection:
         self._reader = self._writer = None
 
     async def request(self, raw: bytes) -> tuple[int, bytes, bytes]:
-        """Send pre-built bytes; return (status, head, body). Closes the connection on error."""
+        """Send pre-built bytes; return (status, head, body). Closes the connection on error.
+
+        A kept-alive connection the server closed while idle (uvicorn drops idle connections
+        after 5 s) fails before any answer byte; like browsers and urllib3, the request is then
+        sent once more on a new connection — it was never read, and ours carry
+        Idempotency-Keys anyway.
+        """
+        reused = self._writer is not None
+        try:
+            return await self._exchange(raw)
+        except _Stale as exc:
+            if not reused:
+                raise ProtocolError(str(exc)) from None
+        return await self._exchange(raw)
+
+    async def _exchange(self, raw: bytes) -> tuple[int, bytes, bytes]:
         if self._writer is None:
             await self.connect()
         assert self._reader is not None and self._writer is not None
         try:
-            self._writer.write(raw)
-            head = await self._reader.readuntil(b"\r\n\r\n")
+            try:
+                self._writer.write(raw)
+                head = await self._reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as e:
+                if not e.partial:
+                    raise _Stale("closed by the server before answering") from None
+                raise
+            except ConnectionResetError as e:
+                raise _Stale(f"reset before answering: {e}") from None
             status = int(head[9:12])
             length = header_value(head, b"content-length")
             if length is not None:
@@ -111,6 +137,9 @@ class Connection:
                 body = await self._reader.read()  # no length: the body ends at close
                 self.close()
                 return status, head, body
+        except _Stale:
+            self.close()
+            raise
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
             self.close()
             raise ProtocolError(f"{type(e).__name__}: {e}") from None
