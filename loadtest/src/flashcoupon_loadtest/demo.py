@@ -84,6 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--jwt-audience", default=DEFAULT_AUDIENCE)
     ap.add_argument("--manifest", type=Path, default=DEFAULT_MANIFEST)
+    ap.add_argument("--event", help="event name (default demo-HHMMSS-random; must be new)")
     ap.add_argument("--lead", type=float, default=4.0, help="seconds from apply to startAt")
     ap.add_argument("--dup-fraction", type=float, default=0.10)
     ap.add_argument("--retry-fraction", type=float, default=0.05)
@@ -119,7 +120,7 @@ def _progress(watch: PipelineWatch, quantity: int) -> driver.Progress:
 async def run(args: argparse.Namespace) -> int:
     t_begin = time.time()
     stamp = datetime.now(UTC).strftime("%H%M%S")
-    event_id = f"demo-{stamp}-{secrets.token_hex(3)}"
+    event_id = args.event or f"demo-{stamp}-{secrets.token_hex(3)}"
     env = {**os.environ, **stack_env()}
     if args.mysql_url:
         env["FLASHCOUPON_MYSQL_URL"] = args.mysql_url
