@@ -161,7 +161,10 @@ async def sse(
     interval = g.settings.sse_interval_seconds
     yield b"retry: 2000\n\n"
     while True:
-        answer = await g.room.consume(event_id, user, n, rate, start_ms)
+        # Queued tickets read the process's shared cursor; Redis is asked near the front only.
+        answer = g.room.cached_position(event_id, n, rate, start_ms) or await g.room.consume(
+            event_id, user, n, rate, start_ms
+        )
         if answer.state is TicketState.ADMITTED:
             yield _sse("admitted", {"position": 0, "etaSeconds": 0, "state": "admitted"})
             try:

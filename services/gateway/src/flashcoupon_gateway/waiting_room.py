@@ -98,6 +98,10 @@ class WaitingRoom:
         self.tick = tick_seconds
         # Events with a queue this replica has seen: event -> (rate, start_ms).
         self._active: dict[str, tuple[float, int]] = {}
+        # The latest cursor this process read per event: (admitted, server ms, monotonic time).
+        # SSE streams read positions from it instead of each polling Redis; the ticker keeps
+        # it fresh. Only ever moves forward, so a stream's positions never go backwards.
+        self._cursor: dict[str, tuple[int, int, float]] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def _call(
@@ -120,6 +124,9 @@ class WaitingRoom:
         answer = RoomAnswer(TicketState(int(raw[0])), *(int(x) for x in raw[1:]))
         if answer.arrivals > answer.admitted:
             self._active[event_id] = (rate, start_ms)
+        seen = self._cursor.get(event_id)
+        if seen is None or answer.admitted >= seen[0]:
+            self._cursor[event_id] = (answer.admitted, answer.server_ms, time.monotonic())
         QUEUE_LENGTH.labels(event_id).set(max(0, answer.arrivals - answer.admitted))
         return answer
 
@@ -138,6 +145,21 @@ class WaitingRoom:
 
     async def advance(self, event_id: str, rate: float, start_ms: int) -> RoomAnswer:
         return await self._call("advance", event_id, rate, start_ms)
+
+    def cached_position(
+        self, event_id: str, n: int, rate: float, start_ms: int
+    ) -> RoomAnswer | None:
+        """Ticket n's position from this process's recent cursor, if n is surely still queued.
+
+        None means: ask Redis (no fresh cursor, or n may be admitted). Watching the event keeps
+        the ticker refreshing the cursor every tick.
+        """
+        self._active[event_id] = (rate, start_ms)
+        seen = self._cursor.get(event_id)
+        if seen is None or time.monotonic() - seen[2] > 4 * self.tick or n <= seen[0]:
+            return None
+        admitted, server_ms, _ = seen
+        return RoomAnswer(TicketState.QUEUED, n, n - admitted, admitted, n, server_ms)
 
     def ticket(self, event_id: str, user: str, n: int) -> str:
         expiry = int(time.time()) + self.ticket_ttl
