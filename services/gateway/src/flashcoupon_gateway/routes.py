@@ -28,7 +28,6 @@ _STATE_NAMES = {
     TicketState.ADMITTED: "admitted",
     TicketState.GONE: "gone",
 }
-_event_cache: dict[str, tuple[float, Answer]] = {}
 
 
 def gw(request: Request) -> Gateway:
@@ -71,16 +70,16 @@ async def event_state(request: Request) -> Response:
     event_id = checked_event_id(request.path_params["eventId"])
     outcomes = await g.limiter.check_all([[g.ip_check(request)]])
     # Public state may be approximate: one upstream read per event every half second at most.
-    hit = _event_cache.get(event_id)
+    hit = g.event_cache.get(event_id)
     if hit is not None and time.monotonic() - hit[0] < 0.5:
         return relay(hit[1], rate_headers(outcomes))
     async with g.slot():
         up = g.upstream.pick_issuer()
         answer = await g.upstream.call(up, "GET", f"/v1/events/{event_id}", {})
     if answer.status < 500:
-        if len(_event_cache) > 10_000:
-            _event_cache.clear()
-        _event_cache[event_id] = (time.monotonic(), answer)
+        if len(g.event_cache) > 10_000:
+            g.event_cache.clear()
+        g.event_cache[event_id] = (time.monotonic(), answer)
     return relay(answer, rate_headers(outcomes))
 
 

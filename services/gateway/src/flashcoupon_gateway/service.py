@@ -102,6 +102,8 @@ class Gateway:
     # get a coupon must reach the issuer to get that coupon back.
     sold_out: dict[str, tuple[float, Answer]] = field(default_factory=dict)
     sold_out_seconds: float = 1.0
+    # event -> (fetched at, answer) of GET /v1/events/{id}: public state may be approximate.
+    event_cache: dict[str, tuple[float, Answer]] = field(default_factory=dict)
 
     def slot(self) -> _Slot:
         """Bounded in-flight upstream calls per process: over the bound, 503 at once."""
