@@ -171,6 +171,7 @@ def test_deleted_name_without_coupons_is_applied_again() -> None:
     row = CatalogRow("bf", 1000, spec(), datetime(2026, 11, 1, tzinfo=UTC))
     p = plan(spec(), Observed(catalog=row), DURING)
     assert p.actions == (Action.WRITE_CATALOG, Action.PROVISION)
+    assert p.changes == ("new event",)
 
 
 def test_lost_redis_state_with_persisted_coupons_is_refused() -> None:

@@ -126,7 +126,8 @@ def plan(
     """
     event_id = desired.event_id
     catalog = observed.catalog
-    applied = observed.provisioned or (catalog.spec if catalog else None)
+    live_row = catalog if catalog is not None and catalog.deleted_at is None else None
+    applied = observed.provisioned or (live_row.spec if live_row else None)
     changes = diff(applied, desired)
 
     def reject(reason: str) -> Plan:
