@@ -100,7 +100,7 @@ def test_name_must_be_dns1123_label(name: str, ok: bool) -> None:
 
 
 def test_missing_metadata_name() -> None:
-    doc = manifest()
+    doc = manifest(title=DELETE)
     del doc["metadata"]["name"]
     assert errors_of(doc) == ["metadata.name: is required"]
 

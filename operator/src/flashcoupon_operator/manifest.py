@@ -118,7 +118,8 @@ def parse_manifest(doc: Any) -> EventSpec:
     for key in sorted(set(spec) - SPEC_FIELDS, key=str):
         err.add(f"spec.{key}", "unknown field")
 
-    title = spec.get("title", name)
+    # Without a title the name stands in (a bad name is reported once, under metadata.name).
+    title = spec.get("title", name or "-")
     if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
         err.add("spec.title", f"must be a non-empty string of at most {MAX_TITLE} characters")
     quantity = err.int_in(spec, "quantity", "spec.quantity", 1, MAX_QUANTITY, required=True)
