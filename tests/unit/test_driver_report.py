@@ -1,0 +1,75 @@
+"""The demo's report: printed text, strict JSON (no NaN), and the plot file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from flashcoupon_loadtest.invariants import Check
+from flashcoupon_loadtest.report import format_report, plot, write_json
+from flashcoupon_loadtest.stats import ISSUED, Record, summarize
+
+
+def sample_report(records: list[Record]) -> dict:
+    return {
+        "event_id": "ev",
+        "users": 3,
+        "coupons": 1,
+        "concurrency": 2,
+        "processes": 1,
+        "targets": ["http://127.0.0.1:1"],
+        "summary": summarize(records, quantity=1),
+        "burst_seconds": 0.5,
+        "drain_seconds": 0.0,
+        "persisted_after_sell_out_seconds": 0.1,
+        "redis_issued": 1,
+        "persisted": 1,
+        "driver_cpu_seconds": 0.05,
+        "wall_seconds": 9.0,
+        "passed": True,
+    }
+
+
+RECORDS = [
+    Record(100.0, 0.020, 201, ISSUED, "a", "first", "C1"),
+    Record(100.1, 0.030, 410, "SOLD_OUT", "b", "first"),
+    Record(100.2, 0.250, 410, "SOLD_OUT", "c", "first"),
+]
+
+
+def test_report_text_has_every_figure_and_verdict() -> None:
+    checks = [
+        Check(1, "supply", True, "issued 1 of 1"),
+        Check(4, "one for one", False, "x", ["missing C9"]),
+    ]
+    text = format_report(sample_report(RECORDS), checks)
+    for expected in (
+        "ISSUED 1",
+        "SOLD_OUT 2",
+        "p99 250.0 ms",
+        "NOT met",
+        "sold out in   0.02 s",
+        "[PASS] 1. supply",
+        "[FAIL] 4. one for one",
+        "- missing C9",
+    ):
+        assert expected in text, expected
+
+
+def test_json_is_strict_even_without_latency_samples(tmp_path: Path) -> None:
+    unanswered = [Record(100.0, 10.0, 0, "TIMEOUT", "a", "first")]
+    report = sample_report(unanswered)
+    assert math.isnan(report["summary"]["latency_ms"]["p99"])
+    path = tmp_path / "r.json"
+    write_json(path, report)
+    loaded = json.loads(path.read_text())  # strict: NaN would not parse as JSON elsewhere
+    assert loaded["summary"]["latency_ms"]["p99"] is None
+    assert "NaN" not in path.read_text()
+    assert "NOT met" in format_report(loaded, [])
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    path = tmp_path / "p.png"
+    plot(path, RECORDS, [(100.0, 0, 0), (100.3, 1, 1)], go_at=100.0, title="t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
