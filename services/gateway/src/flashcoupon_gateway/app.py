@@ -8,11 +8,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes, problem
+from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisClusterException, RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -21,12 +20,13 @@ from starlette.routing import Route
 
 from flashcoupon_gateway.admission import SpecCache
 from flashcoupon_gateway.auth import Authenticator, JWKSCache
-from flashcoupon_gateway.metrics import IN_FLIGHT, SHED
+from flashcoupon_gateway.fastpath import IssueFastPath
+from flashcoupon_gateway.metrics import IN_FLIGHT
 from flashcoupon_gateway.openapi import OPENAPI
 from flashcoupon_gateway.ratelimit import RateLimiter
 from flashcoupon_gateway.routes import ROUTES
 from flashcoupon_gateway.scripts import ScriptRunner
-from flashcoupon_gateway.service import Gateway
+from flashcoupon_gateway.service import STORE_ERRORS, Gateway, store_unavailable
 from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_gateway.upstream import Forwarder
 from flashcoupon_gateway.waiting_room import WaitingRoom
@@ -39,16 +39,7 @@ async def openapi(request: Request) -> Response:
 
 
 async def redis_unavailable(request: Request, exc: Exception) -> Response:
-    # Limits and queues live in Redis: without it the gateway refuses (fail closed) rather than
-    # admitting unlimited traffic; the issuer could not issue without Redis either.
-    logger.warning("redis unavailable on %s: %r", request.url.path, exc)
-    SHED.labels("redis_unavailable").inc()
-    return problem(
-        503,
-        "SERVICE_UNAVAILABLE",
-        "rate-limit store unreachable; retry",
-        headers={"Retry-After": "1"},
-    )
+    return store_unavailable(request.url.path, exc)
 
 
 def create_app(
@@ -113,11 +104,9 @@ def create_app(
         routes=[*ROUTES, Route("/openapi.json", openapi, methods=["GET"]), *health_routes(ready)],
         exception_handlers={
             **exception_handlers(),
-            RedisError: redis_unavailable,
-            RedisClusterException: redis_unavailable,  # not a RedisError subclass
-            TimeoutError: redis_unavailable,  # the batcher's deadline
-            ConnectionError: redis_unavailable,
+            **dict.fromkeys(STORE_ERRORS, redis_unavailable),
         },
-        middleware=[Middleware(REDMiddleware, service="gateway")],
+        # The fast path first: it serves POST .../issue itself and passes the rest on.
+        middleware=[Middleware(IssueFastPath), Middleware(REDMiddleware, service="gateway")],
         lifespan=lifespan,
     )

@@ -190,8 +190,11 @@ async def sse(
         await asyncio.sleep(wait)
 
 
+ISSUE_PATH = "/v1/events/{eventId}/issue"
+# The issue route is normally served by fastpath.IssueFastPath; the Route stays so that
+# OpenAPI, 405s for other methods and any app without the fast path behave the same.
 ROUTES = [
-    Route("/v1/events/{eventId}/issue", issue, methods=["POST"]),
+    Route(ISSUE_PATH, issue, methods=["POST"]),
     Route("/v1/events/{eventId}", event_state, methods=["GET"]),
     Route("/v1/events/{eventId}/queue/{ticket}", queue_status, methods=["GET"]),
     Route("/v1/me/coupons", my_coupons, methods=["GET"]),

@@ -7,29 +7,53 @@ sequences them for one request.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass, field
 
 from flashcoupon_common.event_spec import AdmissionSpec
-from flashcoupon_common.http import ProblemError
+from flashcoupon_common.http import ProblemError, problem
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
+from starlette.responses import Response
 
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.admission import EventInfo, SpecCache
 from flashcoupon_gateway.auth import Authenticator, Principal
-from flashcoupon_gateway.metrics import QUEUED
+from flashcoupon_gateway.metrics import QUEUED, SHED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
 from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoom
 
 USER_HEADER = "X-Flashcoupon-User"
+# Redis unreachable or too slow (the batcher's deadline): fail closed with a 503.
+STORE_ERRORS: tuple[type[Exception], ...] = (
+    RedisError,
+    RedisClusterException,  # not a RedisError subclass
+    TimeoutError,
+    ConnectionError,
+)
+logger = logging.getLogger(__name__)
 _EVENT_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # The issuer keeps request ids inside a hash value separated by ',' and ';': same alphabet here.
 _IDEMPOTENCY = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _FORWARDED = ("traceparent", "tracestate", "x-request-id")
+
+
+def store_unavailable(path: str, exc: Exception) -> Response:
+    # Limits and queues live in Redis: without it the gateway refuses (fail closed) rather than
+    # admitting unlimited traffic; the issuer could not issue without Redis either.
+    logger.warning("redis unavailable on %s: %r", path, exc)
+    SHED.labels("redis_unavailable").inc()
+    return problem(
+        503,
+        "SERVICE_UNAVAILABLE",
+        "rate-limit store unreachable; retry",
+        headers={"Retry-After": "1"},
+    )
 
 
 def checked_event_id(event_id: str) -> str:
