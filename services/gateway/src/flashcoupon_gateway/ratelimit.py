@@ -25,7 +25,7 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flashcoupon_common.http import ProblemError
 
@@ -37,8 +37,17 @@ from flashcoupon_gateway.scripts import RATELIMIT, ScriptRunner
 @dataclass(frozen=True, slots=True)
 class Check:
     scope: str  # ip | user | event: the metric label and the problem's `scope`
-    key: str
+    base: str  # the hash-tagged key name, e.g. {rl:ip:10.0.0.1}
     limit: gcra.Limit
+    # The Redis key: the name plus the limit's parameters, because a TAT only means something
+    # under the interval and burst that produced it. Processes configured differently (a
+    # rolling config change, or tests sharing one Redis) keep separate state instead of
+    # misreading each other's.
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        sig = f":{self.limit.interval_us}:{self.limit.burst}"
+        object.__setattr__(self, "key", self.base + sig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +169,11 @@ class RateLimiter:
         limit = event_shard_limit(max_per_second, self.event_shards)
         first = next(self._rr)
         for i in range(self.event_shards):
-            key = event_shard_key(event_id, (first + i) % self.event_shards)
-            if self.deny.blocked_for(key) <= 0:
-                return Check("event", key, limit)
+            check = Check(
+                "event", event_shard_key(event_id, (first + i) % self.event_shards), limit
+            )
+            if self.deny.blocked_for(check.key) <= 0:
+                return check
         return Check("event", event_shard_key(event_id, first % self.event_shards), limit)
 
     def _leased(self, c: Check, now: float, count: bool = True) -> Outcome | None:
