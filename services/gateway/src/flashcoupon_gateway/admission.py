@@ -11,6 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
+from flashcoupon_common import event_state
 from flashcoupon_common.event_spec import EventSpec
 from redis.asyncio.cluster import RedisCluster
 
@@ -25,8 +26,6 @@ class EventInfo:
 
 
 async def read_spec(redis: RedisCluster, event_id: str) -> EventSpec | None:
-    from flashcoupon_common import event_state
-
     return await event_state.read_spec(redis, event_id)
 
 
