@@ -2,9 +2,10 @@
 
 Calls go through flashcoupon_common.redis_batch.ScriptBatcher, so concurrent decisions whose
 keys live on the same node share one pipelined round trip (NOSCRIPT reload and MOVED/failover
-retries included). The batcher may re-run a script whose reply was lost; for a rate-limit
-decision that counts one request twice, which errs on the safe side, and waiting_room.lua's
-`enter` is idempotent per user (a re-run finds the user's ticket).
+retries included). The batcher may re-run a script whose reply was lost (a connection
+dropped after Redis ran it): a rate-limit decision then counts one request twice, which errs
+on the safe side; a queued shopper's `enter` re-run finds the ticket it created; an admission
+`consume` re-run answers "gone" (the SSE stream says so and the shopper presses again).
 """
 
 from __future__ import annotations
