@@ -1,6 +1,6 @@
 """`make bench-persister`: rows/s into MariaDB through the real persister vs a plain executemany.
 
-    uv run python -m flashcoupon_loadtest.bench_persister [--records 200000] [--batch 2000]
+    uv run python -m flashcoupon_loadtest.bench_persister [--records 200000] [--batch 4000]
         [--concurrency 4]
 
 1. Produces N CouponIssued records to a fresh 6-partition topic (a backlog, as after a burst).
@@ -300,7 +300,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--batch", type=int, default=2000, help="persister max batch")
+    parser.add_argument(
+        "--batch", type=int, default=PersisterSettings.max_batch, help="persister max batch"
+    )
     parser.add_argument(
         "--concurrency",
         type=int,

@@ -30,7 +30,7 @@ class PersisterSettings:
     topic: str = topics.COUPON_ISSUED
     dlq_topic: str = topics.COUPON_ISSUED_DLQ
     # One getmany() hands at most this many records to one DB transaction.
-    max_batch: int = 2000
+    max_batch: int = 4000
     # How long getmany() waits for records when fewer than max_batch are ready.
     max_wait_ms: int = 100
     # Batches written concurrently (each on its own connection); commits stay in order.
@@ -51,7 +51,7 @@ class PersisterSettings:
             group_id=env_str(env, p + "GROUP_ID", "persister"),
             topic=env_str(env, p + "TOPIC", topics.COUPON_ISSUED),
             dlq_topic=env_str(env, p + "DLQ_TOPIC", topics.COUPON_ISSUED_DLQ),
-            max_batch=env_int(env, p + "MAX_BATCH", 2000),
+            max_batch=env_int(env, p + "MAX_BATCH", 4000),
             max_wait_ms=env_int(env, p + "MAX_WAIT_MS", 100),
             write_concurrency=env_int(env, p + "WRITE_CONCURRENCY", 4),
             retry_backoff_base_s=env_float(env, p + "RETRY_BACKOFF_BASE_S", 0.2),
