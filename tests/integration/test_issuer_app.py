@@ -226,6 +226,12 @@ async def test_each_answer_has_its_status_and_code(stack, redis_cluster, events)
         assert (
             f'flashcoupon_issuer_issuance_total{{event="{tiny}",outcome="ISSUED"}} 1.0' in metrics
         )
+        # the issue endpoint bypasses REDMiddleware but records the same RED series
+        route = "/internal/v1/events/{eventId}/issue"
+        assert (
+            f'flashcoupon_http_requests_total{{method="POST",route="{route}",'
+            'service="issuer",status="410"}' in metrics
+        )
 
 
 async def test_sold_out_answers_make_no_redis_call(stack, redis_cluster, events) -> None:
