@@ -114,8 +114,8 @@ for i = 10, 1, -1 do
 end
 local code = prefix .. table.concat(chars)
 
-redis.call('HINCRBY', KEYS[2], 'i' .. tier, 1)
-redis.call('HSET', KEYS[2], 'n', seq + 1)
+-- one write for both counters: this tier's issued count was read above
+redis.call('HSET', KEYS[2], 'n', seq + 1, 'i' .. tier, (tonumber(st[2 + 2 * tier]) or 0) + 1)
 local at = tostring(now)
 local entry = code .. ',' .. tier .. ',' .. at .. ',' .. rid
 if held then
