@@ -48,10 +48,12 @@ def test_sold_out_flag_expires_and_can_be_forgotten() -> None:
 
 def test_replay_cache_is_bounded() -> None:
     cache = ReplayCache(capacity=2)
-    o = parse_reply([b"ISSUED", 1, 0, 1, *COUPON])
+    reply = [b"ISSUED", 1, 0, 1, *COUPON]
     for k in ("a", "b", "c"):
-        cache.put("e", "u", k, o)
-    assert cache.get("e", "u", "a") is None and cache.get("e", "u", "c") is o
+        cache.put("e", "u", k, reply)
+    assert cache.get("e", "u", "a") is None
+    hit = cache.get("e", "u", "c")
+    assert hit is not None and hit.replay and hit.coupons == parse_reply(reply).coupons
 
 
 def test_service_learns_sold_out_from_the_last_coupon() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -111,6 +112,9 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         service = IssueService(call, cache)
         stop = asyncio.Event()
         listener = asyncio.create_task(listen_for_supply(client, cache, stop))
+        # Everything built so far lives as long as the process: keep it out of the garbage
+        # collector's full collections, which otherwise walk it again and again under load.
+        gc.freeze()
         logger.info(
             "issuer ready: durability=%s batching=%s", settings.durability, settings.batching
         )

@@ -121,17 +121,26 @@ class SoldOutCache:
 
 
 class ReplayCache:
-    """The last `capacity` coupons this process issued for keyed requests, by (event, user, key)."""
+    """The last `capacity` coupons this process issued for keyed requests, by (event, user, key).
+
+    Holds the script's raw reply as a tuple of bytes and ints: the garbage collector does not
+    track such tuples, so 100k entries add nothing to the cost of collections (dataclass
+    Outcomes would: every full collection would walk them all).
+    """
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._items: OrderedDict[tuple[str, str, str], Outcome] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str], tuple[Any, ...]] = OrderedDict()
 
     def get(self, event_id: str, user_id: str, key: str) -> Outcome | None:
-        return self._items.get((event_id, user_id, key))
+        reply = self._items.get((event_id, user_id, key))
+        if reply is None:
+            return None
+        earlier = parse_reply(reply)
+        return Outcome("ISSUED", earlier.coupons, remaining=0, replay=True)
 
-    def put(self, event_id: str, user_id: str, key: str, outcome: Outcome) -> None:
-        self._items[(event_id, user_id, key)] = outcome
+    def put(self, event_id: str, user_id: str, key: str, reply: Sequence[Any]) -> None:
+        self._items[(event_id, user_id, key)] = tuple(reply)
         if len(self._items) > self.capacity:
             self._items.popitem(last=False)
 
@@ -151,14 +160,16 @@ class IssueService:
             earlier = self.replays.get(event_id, user_id, request_id) if keyed else None
             if earlier is not None:
                 metrics.count_outcome(event_id, "ISSUED")
-                return Outcome("ISSUED", earlier.coupons, remaining=0, replay=True)
+                return earlier
             metrics.count_sold_out_local(event_id)
             metrics.count_outcome(event_id, "SOLD_OUT")
             return SOLD_OUT
         try:
-            outcome = parse_reply(await self._call(event_id, user_id, request_id, traceparent))
+            reply = await self._call(event_id, user_id, request_id, traceparent)
+            outcome = parse_reply(reply)
         except NotReplicatedError as exc:
-            outcome = parse_reply(exc.result)
+            reply = exc.result
+            outcome = parse_reply(reply)
             if outcome.status == "ISSUED":
                 logger.warning("coupon for %s/%s not confirmed by a replica", event_id, user_id)
                 outcome = Outcome("NOT_DURABLE", remaining=outcome.remaining)
@@ -171,7 +182,7 @@ class IssueService:
                 raise IssuerUnavailable(repr(exc)) from exc
             raise
         if keyed and outcome.status == "ISSUED":
-            self.replays.put(event_id, user_id, request_id, outcome)
+            self.replays.put(event_id, user_id, request_id, reply)
         if outcome.status == "SOLD_OUT" or outcome.remaining == 0:
             self.sold_out.learn(event_id)
         if outcome.remaining is not None:
