@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from flashcoupon_common import event_state
 from flashcoupon_common.http import PROBLEM_JSON, JSONResponse, ProblemError, problem
 from flashcoupon_common.red_metrics import HTTP_DURATION, HTTP_REQUESTS
@@ -178,6 +179,18 @@ class IssueEdge:
             await send({"type": "http.response.start", "status": 410, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return 410
+        if outcome is not None and outcome.status == "ISSUED":
+            # the common answer while stock lasts: written directly, like SOLD_OUT above
+            body = orjson.dumps(coupon_json(event_id, user, outcome.coupons[0]))
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ]
+            if outcome.replay:
+                headers.append((b"idempotent-replayed", b"true"))
+            await send({"type": "http.response.start", "status": 201, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return 201
         if outcome is None:
             response = problem(
                 503, "UNAVAILABLE", "coupon store unreachable; retry", headers={"Retry-After": "1"}
