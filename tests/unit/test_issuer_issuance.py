@@ -73,3 +73,11 @@ def test_service_learns_sold_out_from_the_last_coupon() -> None:
         assert len(calls) == 1
 
     asyncio.run(scenario())
+
+
+def test_iso_timestamps_are_utc_with_milliseconds() -> None:
+    from flashcoupon_issuer.http import iso
+
+    assert iso(0) == "1970-01-01T00:00:00.000Z"
+    assert iso(1_795_435_530_005) == "2026-11-23T12:05:30.005Z"
+    assert iso(1_795_435_530_999) == "2026-11-23T12:05:30.999Z"

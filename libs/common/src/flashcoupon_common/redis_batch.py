@@ -169,6 +169,7 @@ class ScriptBatcher:
         self._sizes = BATCH_SIZE.labels(client)
         self._queues: dict[str, _NodeQueue] = {}
         self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
+        self._slots: dict[str, int] = {}  # key → hash slot (a slot never changes; its owner may)
         self._refreshing: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -211,7 +212,12 @@ class ScriptBatcher:
     # ---- queueing
     def _enqueue(self, item: _Call) -> None:
         try:
-            node = self.redis.nodes_manager.get_node_from_slot(self.redis.keyslot(item.keys[0]))
+            slot = self._slots.get(item.keys[0])
+            if slot is None:
+                if len(self._slots) >= _PREFIX_CACHE_MAX:
+                    self._slots.clear()
+                slot = self._slots[item.keys[0]] = self.redis.keyslot(item.keys[0])
+            node = self.redis.nodes_manager.get_node_from_slot(slot)
         except Exception as exc:  # noqa: BLE001 - slot not covered right now: retry later
             self._retry_later(item, exc)
             return

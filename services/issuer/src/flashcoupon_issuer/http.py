@@ -38,8 +38,20 @@ IDEMPOTENCY_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
+_SECONDS: dict[int, str] = {}
+
+
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    """ISO-8601 UTC with milliseconds; the per-second part is cached (a burst shares seconds)."""
+    seconds, millis = divmod(ms, 1000)
+    head = _SECONDS.get(seconds)
+    if head is None:
+        if len(_SECONDS) > 4096:
+            _SECONDS.clear()
+        head = _SECONDS[seconds] = datetime.fromtimestamp(seconds, tz=UTC).strftime(
+            "%Y-%m-%dT%H:%M:%S"
+        )
+    return f"{head}.{millis:03d}Z"
 
 
 def coupon_json(event_id: str, user_id: str, c: Coupon) -> dict[str, Any]:
