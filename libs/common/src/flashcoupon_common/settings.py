@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
 class SettingsError(ValueError):
@@ -22,28 +25,26 @@ def env_str(env: Mapping[str, str], name: str, default: str | None = None) -> st
     return value
 
 
-def env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+def _env_number(
+    env: Mapping[str, str], name: str, default: N | None, kind: type[N], what: str
+) -> N:
     raw = env.get(name)
     if raw is None or raw == "":
         if default is None:
             raise SettingsError(f"{name} is required but not set")
         return default
     try:
-        return int(raw)
+        return kind(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+        raise SettingsError(f"{name} must be {what}, got {raw!r}") from None
+
+
+def env_int(env: Mapping[str, str], name: str, default: int | None = None) -> int:
+    return _env_number(env, name, default, int, "an integer")
 
 
 def env_float(env: Mapping[str, str], name: str, default: float | None = None) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        if default is None:
-            raise SettingsError(f"{name} is required but not set")
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    return _env_number(env, name, default, float, "a number")
 
 
 def env_choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
