@@ -181,7 +181,7 @@ class Gateway:
 
     async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
         async with self.slot():
-            up = self.upstream.pick_issuer()
+            up = self.upstream.pick_issuer(affinity=headers[USER_HEADER])
             answer = await self.upstream.call(
                 up, "POST", f"/internal/v1/events/{event_id}/issue", headers
             )

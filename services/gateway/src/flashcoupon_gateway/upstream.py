@@ -1,4 +1,4 @@
-"""Forwarding to the issuer (round-robin over replicas) and the wallet, with load shedding.
+"""Forwarding to the issuer (by user, over replicas) and the wallet, with load shedding.
 
 Every call goes over a pooled keep-alive connection (pool.HTTPPool), has a timeout, and passes
 its upstream's circuit breaker. 5xx answers, timeouts and connection errors count as failures;
@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -63,6 +64,11 @@ class Upstream:
         BREAKER_STATE.labels(self.base_url).set(int(self.breaker.state))
 
 
+def issuer_index(user: str, issuers: int) -> int:
+    """Which issuer a user is routed to: crc32, not hash(), so every gateway process agrees."""
+    return zlib.crc32(user.encode()) % issuers
+
+
 class Forwarder:
     def __init__(
         self,
@@ -80,13 +86,21 @@ class Forwarder:
         self.issuers = [make("issuer", u) for u in issuer_urls]
         self.wallet = make("wallet", wallet_url)
         self.timeout = timeout_seconds
-        self._rr = itertools.cycle(range(len(self.issuers)))
+        self._rr = itertools.cycle(range(len(self.issuers)))  # round-robin for unkeyed reads
 
-    def pick_issuer(self) -> Upstream:
-        """The next issuer (round-robin) whose breaker lets a request through."""
+    def pick_issuer(self, affinity: str | None = None) -> Upstream:
+        """The issuer for a request whose breaker lets it through.
+
+        With `affinity` (the shopper's id) the choice starts at the issuer that user hashes to,
+        the same on every gateway replica: a retry of a won request then reaches the issuer
+        whose replay cache holds the coupon, rather than one that only knows "sold out".
+        Without it, round-robin. Either way an issuer whose breaker is open is skipped.
+        """
         now = time.monotonic()
-        for _ in range(len(self.issuers)):
-            up = self.issuers[next(self._rr)]
+        n = len(self.issuers)
+        start = next(self._rr) if affinity is None else issuer_index(affinity, n)
+        for step in range(n):
+            up = self.issuers[(start + step) % n]
             if up.breaker.try_acquire(now):
                 if up.breaker.state is not State.CLOSED:
                     up.publish_state()
