@@ -14,12 +14,13 @@ STACK := scripts/stack.sh
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-install: ## install everything a fresh machine lacks (apt, uv, Python deps, Kafka jars)
+install: ## install everything a fresh machine lacks (apt, uv, Python deps, Kafka jars, helm)
 	@start=$$(date +%s); \
 	if ! command -v uv >/dev/null && ! python3 -m uv --version >/dev/null 2>&1; then \
 	  echo "[install] pip install uv"; python3 -m pip install -q uv; fi; \
 	$(UV) sync --frozen --quiet; \
 	$(STACK) install; \
+	scripts/tools.sh install; \
 	echo "[install] done in $$(( $$(date +%s) - start ))s"
 
 stack-up: install ## start Redis Cluster, Kafka (KRaft) and MariaDB, wait for readiness, migrate
@@ -86,3 +87,4 @@ crd-check: ## validate the CouponEvent CRD and examples with the API server's co
 .PHONY: operator-live-check
 operator-live-check: stack-up ## CRD + kopf operator against a real kube-apiserver (needs Go, kubectl)
 	k8s/tools/live-operator-check.sh
+
