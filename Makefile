@@ -88,3 +88,23 @@ crd-check: ## validate the CouponEvent CRD and examples with the API server's co
 operator-live-check: stack-up ## CRD + kopf operator against a real kube-apiserver (needs Go, kubectl)
 	k8s/tools/live-operator-check.sh
 
+# ---------------------------------------------------------------- deployment (docs/deploy.md)
+
+HELM := .cache/bin/helm
+CHART := charts/flashcoupon
+KUBE_VERSION := 1.31.0
+
+.PHONY: chart-check sync-crd
+chart-check: ## helm lint + render the chart for Kubernetes 1.31 (default and all-features values); validate every object
+	scripts/tools.sh install
+	@for values in $(CHART)/values.yaml $(CHART)/ci/*-values.yaml; do \
+	  echo "[chart-check] $$values"; \
+	  $(HELM) lint --strict --kube-version $(KUBE_VERSION) -f $$values $(CHART); \
+	  $(HELM) template chart-check $(CHART) --kube-version $(KUBE_VERSION) -f $$values \
+	    > .cache/chart-check.yaml; \
+	  $(RUN) kubernetes-validate --strict --quiet -k $(KUBE_VERSION) .cache/chart-check.yaml; \
+	done
+	$(RUN) pytest -q -p no:cacheprovider tests/unit/test_deploy_layout.py tests/integration/test_chart.py
+
+sync-crd: ## copy the canonical CRD (k8s/crd/) into the chart's crds/
+	cp k8s/crd/couponevents.flashcoupon.io.yaml $(CHART)/crds/couponevents.flashcoupon.io.yaml
