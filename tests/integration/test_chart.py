@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import kubernetes_validate
 import pytest
 import yaml
@@ -143,7 +144,17 @@ def load(target: str) -> Any:
 
 
 def get_routes(app: Any) -> set[str]:
+    """The GET routes of the Starlette app inside `app` (ASGI wrappers keep it as `.app`)."""
+    while not hasattr(app, "routes"):
+        app = app.app
     return {r.path for r in app.routes if isinstance(r, Route) and "GET" in (r.methods or ())}
+
+
+async def get_status(app: Any, path: str) -> int:
+    """GET through the whole ASGI app (no lifespan: nothing connects)."""
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://pod") as client:
+        return (await client.get(path)).status_code
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
@@ -233,7 +244,7 @@ def test_every_container_runs_a_workspace_command(rendered: Rendered) -> None:
             assert command_package(container["command"]) is not None, container["command"]
 
 
-def test_settings_parse_and_probes_hit_routes_the_services_serve(rendered: Rendered) -> None:
+async def test_settings_parse_and_probes_hit_routes_the_services_serve(rendered: Rendered) -> None:
     served = set()
     for component, deployment in rendered.deployments().items():
         (container,) = pod_spec(deployment)["containers"]
@@ -253,9 +264,11 @@ def test_settings_parse_and_probes_hit_routes_the_services_serve(rendered: Rende
         settings_class, app_module = APPS[command]
         settings = load(settings_class).from_env(env)  # SettingsError names a bad variable
         assert (settings.host, settings.port) == ("0.0.0.0", port["containerPort"]), component
-        routes = get_routes(importlib.import_module(app_module).create_app(settings))
+        app = importlib.import_module(app_module).create_app(settings)
+        routes = get_routes(app)
         assert {p["path"] for p in probes} <= routes, (component, routes)
         assert {"/healthz", "/readyz", "/metrics"} <= routes
+        assert await get_status(app, "/healthz") == 200, component
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
         served.add(command)
     assert served == set(APPS)
