@@ -7,13 +7,13 @@ import os
 
 import uvicorn
 from flashcoupon_common.logsetup import configure_logging
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from flashcoupon_issuer.app import create_app
 from flashcoupon_issuer.settings import IssuerSettings
 
 
-def build() -> Starlette:
+def build() -> ASGIApp:
     """App factory for uvicorn (each worker process builds its own app and clients)."""
     configure_logging("issuer")
     return create_app(IssuerSettings.from_env())
