@@ -174,11 +174,12 @@ def test_lint_strict(helm: Path, values: list[str]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_values_violating_the_schema_fail_naming_the_field(helm: Path) -> None:
+def test_values_violating_the_schema_fail_naming_the_field(helm: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad-values.yaml"
+    bad.write_text('gateway:\n  replicas: "two"\n')
     done = run_helm(
-        helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
-        "--set-string", "gateway.replicas=two",
-    )  # fmt: skip
+        helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, "-f", str(bad)
+    )
     assert done.returncode != 0
     assert "gateway/replicas" in done.stderr or "gateway.replicas" in done.stderr, done.stderr
 
