@@ -47,7 +47,7 @@ def create_app(
     *,
     redis: RedisCluster | None = None,
     http_client: httpx.AsyncClient | None = None,
-) -> Starlette:
+) -> IssueFastPath:
     state: dict[str, Any] = {}
 
     @asynccontextmanager
@@ -100,13 +100,15 @@ def create_app(
     async def ready() -> dict[str, bool]:
         return {"redis": bool(await state["redis"].ping())}
 
-    return Starlette(
+    app = Starlette(
         routes=[*ROUTES, Route("/openapi.json", openapi, methods=["GET"]), *health_routes(ready)],
         exception_handlers={
             **exception_handlers(),
             **dict.fromkeys(STORE_ERRORS, redis_unavailable),
         },
-        # The fast path first: it serves POST .../issue itself and passes the rest on.
-        middleware=[Middleware(IssueFastPath), Middleware(REDMiddleware, service="gateway")],
+        middleware=[Middleware(REDMiddleware, service="gateway")],
         lifespan=lifespan,
     )
+    # The fast path wraps the app from outside: it serves POST .../issue itself, skipping
+    # Starlette's per-request layers too, and passes everything else on.
+    return IssueFastPath(app)

@@ -11,7 +11,7 @@ on the safe side; a queued shopper's `enter` re-run finds the ticket it created;
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from importlib.resources import files
 from typing import Any
 
@@ -41,8 +41,8 @@ class ScriptRunner:
             redis, client="gateway", command_timeout=1.0, retry_deadline=3.0
         )
 
-    async def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        return await self._batcher.call(script, keys, args)
+    def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Awaitable[Any]:
+        return self._batcher.call(script, keys, args)
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
