@@ -95,7 +95,7 @@ CHART := charts/flashcoupon
 KUBE_VERSION := 1.31.0
 
 .PHONY: chart-check sync-crd
-chart-check: ## helm lint + render the chart for Kubernetes 1.31 (default and all-features values); validate every object
+chart-check: ## helm lint + render the chart for Kubernetes 1.31 (default and ci/*-values.yaml); validate every object
 	scripts/tools.sh install
 	@for values in $(CHART)/values.yaml $(CHART)/ci/*-values.yaml; do \
 	  echo "[chart-check] $$values"; \

@@ -1,5 +1,6 @@
-"""The Helm chart, rendered by a real helm for Kubernetes 1.31 with the default values and with
-every optional feature on (charts/flashcoupon/ci/all-features-values.yaml).
+"""The Helm chart, rendered by a real helm for Kubernetes 1.31 with the default values, with
+every optional feature on (charts/flashcoupon/ci/all-features-values.yaml) and with per-pod
+issuer routing (ci/per-pod-issuers-values.yaml).
 
 helm comes from scripts/tools.sh (built from the Go module proxy when missing; the test does
 not skip without it). The rendered objects are checked against the code they deploy: each
@@ -35,6 +36,7 @@ from tests.deploy_support import (
 )
 
 ALL_FEATURES = CHART / "ci/all-features-values.yaml"
+PER_POD = CHART / "ci/per-pod-issuers-values.yaml"
 RELEASE = "fc"
 # The console scripts that serve HTTP: their settings class and app factory.
 APPS = {
@@ -94,9 +96,15 @@ class Rendered:
         return found[0]
 
     def deployments(self) -> dict[str, dict[str, Any]]:
+        """Component -> its workload: a Deployment (a StatefulSet for perPod issuers)."""
         return {
-            d["metadata"]["labels"]["app.kubernetes.io/component"]: d for d in self.of("Deployment")
+            d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+            for d in self.of("Deployment") + self.of("StatefulSet")
         }
+
+    def services(self) -> list[dict[str, Any]]:
+        """The ClusterIP Services (not the issuers' headless one)."""
+        return [s for s in self.of("Service") if s["spec"].get("clusterIP") != "None"]
 
     def container_env(self, container: dict[str, Any]) -> dict[str, str]:
         """The container's environment as the kubelet would build it from this render."""
@@ -133,7 +141,12 @@ def full(helm: Path) -> Rendered:
     return render(helm, "-f", str(ALL_FEATURES))
 
 
-@pytest.fixture(params=["default", "full"])
+@pytest.fixture(scope="module")
+def per_pod(helm: Path) -> Rendered:
+    return render(helm, "-f", str(PER_POD))
+
+
+@pytest.fixture(params=["default", "full", "per_pod"])
 def rendered(request: pytest.FixtureRequest) -> Rendered:
     return request.getfixturevalue(request.param)
 
@@ -168,7 +181,11 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 # ---------------------------------------------------------------- helm itself
 
 
-@pytest.mark.parametrize("values", [[], ["-f", str(ALL_FEATURES)]], ids=["default", "full"])
+@pytest.mark.parametrize(
+    "values",
+    [[], ["-f", str(ALL_FEATURES)], ["-f", str(PER_POD)]],
+    ids=["default", "full", "per_pod"],
+)
 def test_lint_strict(helm: Path, values: list[str]) -> None:
     done = run_helm(helm, "lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART), *values)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -239,7 +256,7 @@ def test_optional_features_render_their_objects(full: Rendered) -> None:
 
 
 def test_every_container_runs_a_workspace_command(rendered: Rendered) -> None:
-    pods = [pod_spec(o) for o in rendered.of("Deployment") + rendered.of("Job")]
+    pods = [pod_spec(o) for o in [*rendered.deployments().values(), *rendered.of("Job")]]
     for spec in pods:
         for container in spec["containers"]:
             assert command_package(container["command"]) is not None, container["command"]
@@ -282,10 +299,30 @@ def test_gateway_forwards_to_the_issuer_and_wallet_services(rendered: Rendered) 
         ("FLASHCOUPON_GATEWAY_ISSUER_URLS", "issuer"),
         ("FLASHCOUPON_GATEWAY_WALLET_URL", "wallet"),
     ):
-        url = urlsplit(env[variable])
-        service = rendered.one("Service", component)
-        assert url.hostname == service["metadata"]["name"]
-        assert url.port == service["spec"]["ports"][0]["port"]
+        urls = [urlsplit(u) for u in env[variable].split(",")]
+        (service,) = [s for s in rendered.services() if component in s["metadata"]["name"]]
+        assert all(u.port == service["spec"]["ports"][0]["port"] for u in urls)
+        if len(urls) == 1:
+            assert urls[0].hostname == service["metadata"]["name"]
+
+
+def test_per_pod_routing_lists_every_issuer_pod_by_its_stable_name(
+    default: Rendered, per_pod: Rendered
+) -> None:
+    assert default.deployments()["issuer"]["kind"] == "Deployment"
+    issuer = per_pod.deployments()["issuer"]
+    assert issuer["kind"] == "StatefulSet"
+    replicas = issuer["spec"]["replicas"]
+    assert replicas == 3
+    (headless,) = [s for s in per_pod.of("Service") if s["spec"].get("clusterIP") == "None"]
+    assert headless["metadata"]["name"] == issuer["spec"]["serviceName"]
+    assert selects(headless["spec"]["selector"], issuer["spec"]["template"]["metadata"]["labels"])
+    (container,) = pod_spec(per_pod.deployments()["gateway"])["containers"]
+    env = per_pod.container_env(container)
+    settings = load(APPS["flashcoupon-gateway"][0]).from_env(env)
+    name, service = issuer["metadata"]["name"], headless["metadata"]["name"]
+    expected = [f"{name}-{i}.{service}.default.svc" for i in range(replicas)]
+    assert [urlsplit(u).hostname for u in settings.issuer_urls] == expected
 
 
 def test_services_select_their_own_pods_on_the_http_port(rendered: Rendered) -> None:
@@ -304,7 +341,7 @@ def test_services_select_their_own_pods_on_the_http_port(rendered: Rendered) -> 
 
 
 def test_pods_are_hardened(rendered: Rendered) -> None:
-    for obj in rendered.of("Deployment") + rendered.of("Job"):
+    for obj in [*rendered.deployments().values(), *rendered.of("Job")]:
         spec = pod_spec(obj)
         name = obj["metadata"]["name"]
         assert spec["securityContext"]["runAsNonRoot"] is True, name
@@ -395,13 +432,23 @@ def test_monitoring_objects_carry_the_configured_release_label(helm: Path, full:
         assert other.one(kind)["metadata"]["labels"]["release"] == "observability"
 
 
-def test_service_monitor_scrapes_every_service(full: Rendered) -> None:
-    monitor = full.one("ServiceMonitor")
+@pytest.mark.parametrize("name", ["full", "per_pod"])
+def test_service_monitor_scrapes_every_service_once(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    rendered: Rendered = request.getfixturevalue(name)
+    monitor = rendered.one("ServiceMonitor")
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics" and endpoint["honorLabels"] is True
-    for service in full.of("Service"):
-        assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    selector = monitor["spec"]["selector"]
+    (excluded,) = selector["matchExpressions"]
+    assert excluded["operator"] == "DoesNotExist"
+    for service in rendered.of("Service"):
+        labels = service["metadata"]["labels"]
+        chosen = selects(selector["matchLabels"], labels) and excluded["key"] not in labels
+        assert chosen == (service in rendered.services()), service["metadata"]["name"]
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert len(rendered.services()) == 5
 
 
 def exported_metrics() -> set[str]:
@@ -439,6 +486,7 @@ def test_objects_validate_against_the_kubernetes_1_31_schemas(rendered: Rendered
         validate(obj)
         checked += 1
     assert checked >= 27
+    assert {o["kind"] for o in rendered.objects} >= {"Deployment", "Service", "Secret"}
 
 
 @pytest.mark.parametrize(

@@ -212,6 +212,10 @@ def test_schema_is_valid_and_the_values_files_satisfy_it() -> None:
         ({"gateway": {"replicas": "two"}}, "gateway.replicas"),
         ({"gateway": {"replica": 2}}, "gateway"),
         ({"issuer": {"durability": "always"}}, "issuer.durability"),
+        (
+            {"issuer": {"routing": "perPod", "autoscaling": {"enabled": True}}},
+            "issuer.autoscaling.enabled",
+        ),
         ({"gateway": {"auth": {"jwtSecret": "short"}}}, "gateway.auth.jwtSecret"),
         ({"mysql": {"url": "mysql://root@db/x"}}, "mysql.url"),
         ({"redis": {"nodes": "redis-cluster"}}, "redis.nodes"),

@@ -86,7 +86,7 @@ gateway:
   env:
     FLASHCOUPON_GATEWAY_HOST: 0.0.0.0
     FLASHCOUPON_GATEWAY_PORT: "8080"
-    FLASHCOUPON_GATEWAY_ISSUER_URLS: http://{{ $fullname }}-issuer:8081
+    FLASHCOUPON_GATEWAY_ISSUER_URLS: {{ include "flashcoupon.issuerUrls" . | quote }}
     FLASHCOUPON_GATEWAY_WALLET_URL: http://{{ $fullname }}-wallet:8082
     FLASHCOUPON_GATEWAY_JWT_AUDIENCE: {{ .Values.gateway.auth.audience | quote }}
     FLASHCOUPON_GATEWAY_TRUSTED_PROXIES: {{ $trusted | quote }}
@@ -147,6 +147,24 @@ migrations:
   needs: [mysql]
   job: true
   env: {}
+{{- end }}
+
+{{/*
+The gateway's FLASHCOUPON_GATEWAY_ISSUER_URLS: the issuer Service, or with issuer.routing
+perPod one URL per StatefulSet pod (stable DNS names through the headless Service), in pod
+order, so every gateway maps a shopper to the same issuer.
+*/}}
+{{- define "flashcoupon.issuerUrls" -}}
+{{- $issuer := include "flashcoupon.componentName" (dict "root" . "component" "issuer") }}
+{{- if eq .Values.issuer.routing "perPod" }}
+{{- $urls := list }}
+{{- range $i := until (int .Values.issuer.replicas) }}
+{{- $urls = append $urls (printf "http://%s-%d.%s-pods.%s.svc:8081" $issuer $i $issuer $.Release.Namespace) }}
+{{- end }}
+{{- join "," $urls }}
+{{- else }}
+{{- printf "http://%s:8081" $issuer }}
+{{- end }}
 {{- end }}
 
 {{/* Environment variables a component gets for each data store it needs. */}}
