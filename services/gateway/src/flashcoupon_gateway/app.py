@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -86,6 +87,9 @@ def create_app(
         state["redis"] = client
         IN_FLIGHT.set_function(lambda: gateway.in_flight)  # read at scrape time, not per request
         room.start()
+        # What was built so far lives as long as the process: out of the collector's full
+        # passes (as in the issuer), which otherwise walk it again and again under load.
+        gc.freeze()
         try:
             yield {"gateway": gateway}
         finally:
