@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from flashcoupon_common.db.schema import metadata
@@ -53,3 +57,28 @@ async def test_read_queries_have_indexes(mysql_engine: AsyncEngine) -> None:
         ("event_id", "user_id", "seq"),
     ]:
         assert needed in have, (needed, have)
+
+
+async def test_migrate_cli_downgrades_the_outbox_and_upgrades_again(
+    mysql_url: str, mysql_engine: AsyncEngine
+) -> None:
+    def migrate(*args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "flashcoupon_common.db.migrate", *args],
+            env={"FLASHCOUPON_MYSQL_URL": mysql_url, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return proc.stdout
+
+    async def tables() -> set[str]:
+        async with mysql_engine.connect() as conn:
+            return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+
+    assert "0002 (head)" in await asyncio.to_thread(migrate, "current")
+    await asyncio.to_thread(migrate, "downgrade", "0001")
+    assert "redeemed_outbox" not in await tables() and "user_coupons" in await tables()
+    await asyncio.to_thread(migrate, "upgrade")
+    assert "redeemed_outbox" in await tables()

@@ -3,17 +3,21 @@
 The migrations under `migrations/versions/` create exactly these tables; a test compares the
 two. `user_coupons` carries the two constraints that make Kafka redelivery harmless:
 UNIQUE (event_id, user_id, seq) — one row per allowance slot — and UNIQUE (code).
+`redeemed_outbox` holds `coupon-redeemed` messages written in the redemption's transaction
+until the wallet's publisher has them acknowledged by Kafka (docs/wallet.md).
 """
 
 from __future__ import annotations
 
 from sqlalchemy import (
+    VARBINARY,
     BigInteger,
     Column,
     Enum,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     SmallInteger,
     String,
@@ -98,5 +102,18 @@ user_coupons = Table(
     UniqueConstraint("code", name="uq_user_coupon_code"),
     Index("ix_user_coupons_user", "user_id", "issued_at"),
     Index("ix_user_coupons_event_status", "event_id", "status"),
+    mysql_engine="InnoDB",
+)
+
+redeemed_outbox = Table(
+    "redeemed_outbox",
+    metadata,
+    # Publishers drain in id order; ids are only an order, not a watermark: a lower id may
+    # commit after a higher one, so an entry is removed by its id once Kafka acknowledged it.
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("kafka_key", VARBINARY(512), nullable=False),  # the user id, UTF-8
+    # The versioned message exactly as it is sent (CouponRedeemed.encode(), JSON).
+    Column("payload", LargeBinary, nullable=False),
+    Column("created_at", DATETIME3, nullable=False, server_default=func.now(3)),
     mysql_engine="InnoDB",
 )
