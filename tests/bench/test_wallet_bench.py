@@ -6,7 +6,8 @@ The wallet runs as its own process (one uvicorn worker); this process drives it 
 concurrent keep-alive connections through the load driver's raw HTTP/1.1 client (httpx would
 be the bottleneck). Three figures in one run:
 - healthz: the HTTP stack's ceiling for this client/server pair (no I/O behind it);
-- redeem: N distinct coupons redeemed (read + conditional UPDATE + Kafka publish);
+- redeem: N distinct coupons redeemed (read + conditional UPDATE + outbox INSERT, one commit;
+  the publisher sends them to Kafka in the background);
 - contended: C concurrent redemptions of ONE code with different orders (1 winner, C-1 × 409).
 FLASHCOUPON_BENCH_WALLET_N (default 2000) and FLASHCOUPON_BENCH_WALLET_C (default 32).
 """

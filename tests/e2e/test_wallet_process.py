@@ -40,25 +40,33 @@ async def wait_ready(url: str, proc: subprocess.Popen[Any], wait_s: float = 30) 
     raise AssertionError("wallet did not become ready")
 
 
+def start_wallet(
+    stack: Stack, mysql_url: str, topic: str, *, output: int = subprocess.PIPE, **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m flashcoupon_persister.wallet` on a free port, against this database and
+    topic (`env` adds or overrides variables); returns the process and its base URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flashcoupon_persister.wallet", "--port", str(port)],
+        env={
+            **stack.env(),
+            "FLASHCOUPON_MYSQL_URL": mysql_url,
+            "FLASHCOUPON_WALLET_REDEEMED_TOPIC": topic,
+            **env,
+        },
+        stdout=output,
+        stderr=output,
+    )
+    return proc, f"http://127.0.0.1:{port}"
+
+
 async def test_wallet_process_serves_and_stops_cleanly(
     stack: Stack, mysql_url: str, mysql_engine: AsyncEngine, kafka_topic: str
 ) -> None:
     event = random_name("ev")
     await add_event(mysql_engine, event)
     code = await add_coupon(mysql_engine, event, "alice")
-    port = free_port()
-    env = {
-        **stack.env(),
-        "FLASHCOUPON_MYSQL_URL": mysql_url,
-        "FLASHCOUPON_WALLET_REDEEMED_TOPIC": kafka_topic,
-    }
-    proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once; the test polls it
-        [sys.executable, "-m", "flashcoupon_persister.wallet", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_wallet(stack, mysql_url, kafka_topic)
     try:
         await wait_ready(url, proc)
         async with httpx.AsyncClient(base_url=url) as c:

@@ -1,7 +1,8 @@
 """A redemption stands while Kafka is unreachable; its coupon-redeemed event follows later.
 
-"Unreachable" is real: the wallet's bootstrap address is a port nothing listens on. Later the
-test opens a TCP forwarder to the real broker on that port, as a broker coming back would.
+"Unreachable" is real: the wallet's bootstrap address is a port nothing listens on. Meanwhile
+the event waits in the outbox table (and the pending gauge says so). Later the test opens a TCP
+forwarder to the real broker on that port, as a broker coming back would.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.integration.test_wallet_api import (
     serve,
     wallet_settings,
 )
+from tests.integration.test_wallet_outbox import outbox_events
 
 
 def metric(text: str, name: str) -> float:
@@ -98,6 +100,9 @@ async def test_redemption_succeeds_while_kafka_is_down_and_is_published_after(
         assert failures > failures0
         await asyncio.sleep(1.5)  # an outage of a few retries, not one blip
         assert metric((await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_pending") >= 1
+        oldest = "flashcoupon_wallet_redeemed_oldest_pending_seconds"
+        assert metric((await c.get("/metrics")).text, oldest) > 0
+        assert [(e.code, e.order_id) for e in await outbox_events(mysql_engine)] == [(code, "o-1")]
         assert (await c.get("/readyz")).status_code == 200  # Kafka does not decide readiness
 
         async with forwarder(port, stack.kafka.bootstrap):
@@ -105,6 +110,7 @@ async def test_redemption_succeeds_while_kafka_is_down_and_is_published_after(
                 c, "flashcoupon_wallet_redeemed_pending", lambda v: v == 0, 30
             )
             assert pending == 0
+            assert await outbox_events(mysql_engine) == []
     values = await consume_all(stack, kafka_topic, want=1)
     events = [CouponRedeemed.decode(v) for v in values]
     assert [(e.code, e.order_id, e.order_amount) for e in events] == [(code, "o-1", 30_000)]

@@ -41,10 +41,12 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         db = engine or create_engine(settings.mysql, pool_size=settings.db_pool_size)
         publisher = RedeemedPublisher(
+            db,
             settings.kafka.bootstrap,
             settings.redeemed_topic,
             producer=producer,
-            max_pending=settings.publish_max_pending,
+            batch_size=settings.publish_batch,
+            poll_seconds=settings.publish_poll_seconds,
         )
         await publisher.start()
         clients.update(engine=db, publisher=publisher)
@@ -58,8 +60,8 @@ def create_app(
             logger.info("wallet stopped")
 
     async def ready() -> dict[str, bool]:
-        # Only MySQL decides readiness: redemption works without Kafka (events are retried),
-        # so a Kafka outage must not take the wallet out of the load balancer.
+        # Only MySQL decides readiness: redemption works without Kafka (events wait in the
+        # outbox table), so a Kafka outage must not take the wallet out of the load balancer.
         db: AsyncEngine | None = clients.get("engine")
         if db is None:
             return {"mysql": False}

@@ -11,7 +11,6 @@ import re
 from typing import Any
 
 from flashcoupon_common.http import JSONResponse, ProblemError, json_body, problem
-from flashcoupon_common.messages import CouponRedeemed
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -94,18 +93,10 @@ async def redeem(request: Request) -> Response:
     result, fresh = await store.redeem(request.state.engine, user, code, req)
     if not fresh:
         return JSONResponse(result.to_json(), headers={"Idempotent-Replayed": "true"})
+    # The coupon-redeemed event was committed with the redemption (the outbox); publishing it
+    # is the publisher's job, which needs only a nudge.
     publisher: RedeemedPublisher = request.state.publisher
-    publisher.publish(
-        CouponRedeemed(
-            event_id=result.event_id,
-            user_id=result.user_id,
-            code=result.code,
-            order_id=result.order_id,
-            order_amount=result.order_amount,
-            discount_amount=result.discount_amount,
-            redeemed_at_ms=int(result.redeemed_at.timestamp() * 1000),
-        )
-    )
+    publisher.wake()
     return JSONResponse(result.to_json())
 
 

@@ -1,12 +1,18 @@
-"""Publishing `coupon-redeemed` after the redemption committed, without making it depend on Kafka.
+"""Publishing `coupon-redeemed` from the outbox table, so no acknowledged redemption loses it.
 
-The redemption is already durable in MySQL when we publish, so a Kafka outage must not turn it
-into an error. Events go into a bounded in-memory queue; one background task sends them with an
-idempotent producer and retries failures with capped backoff, recreating the producer when it
-reports a non-retriable error (aiokafka's idempotent producer can wedge on
-OutOfOrderSequenceNumber after a broker blip). Guarantee: at-least-once while the process lives;
-events still queued when the process dies are lost (an outbox table would close that gap; see
-docs/wallet.md).
+A redemption commits its message into `redeemed_outbox` together with the UPDATE
+(`store.redeem`). One background task per wallet process drains the table: woken right after
+such a commit (`wake()`) and polling every `poll_seconds` anyway, so that entries a dead replica
+left behind are picked up by any live one. A pass claims a batch (`outbox.claim`: FOR UPDATE
+SKIP LOCKED, so replicas never hold the same entry), sends it with an idempotent producer,
+removes the entries Kafka acknowledged and commits. Failures are retried with capped backoff; a
+non-retriable Kafka error gets a fresh producer (aiokafka's idempotent producer can wedge on
+OutOfOrderSequenceNumber after a broker blip).
+
+Guarantee: at-least-once across crashes. The duplicate window is "Kafka acknowledged, then the
+removal did not commit" (process killed, MySQL gone, or send() failing or timing out mid-batch,
+which rolls the pass back); the entry is then sent again. Memory holds one batch at most; on
+shutdown, unsent entries simply stay in the table.
 """
 
 from __future__ import annotations
@@ -14,143 +20,200 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from flashcoupon_common.messages import CouponRedeemed
 from prometheus_client import Counter, Gauge
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from flashcoupon_persister.wallet import outbox
+from flashcoupon_persister.wallet.outbox import OutboxEntry
 
 logger = logging.getLogger(__name__)
 
+BACKLOG_COUNT_CAP = 100_000
+
 PUBLISHED = Counter(
-    "flashcoupon_wallet_redeemed_published_total", "coupon-redeemed events acknowledged by Kafka"
+    "flashcoupon_wallet_redeemed_published_total",
+    "coupon-redeemed events acknowledged by Kafka and removed from the outbox",
 )
 PUBLISH_FAILURES = Counter(
     "flashcoupon_wallet_redeemed_publish_failures_total",
-    "failed attempts to publish coupon-redeemed events (each is retried)",
-)
-DROPPED = Counter(
-    "flashcoupon_wallet_redeemed_dropped_total",
-    "coupon-redeemed events dropped because the pending queue was full or at shutdown",
+    "failed passes over the coupon-redeemed outbox (Kafka or MySQL; each is retried)",
 )
 PENDING = Gauge(
-    "flashcoupon_wallet_redeemed_pending", "coupon-redeemed events waiting to reach Kafka"
+    "flashcoupon_wallet_redeemed_pending",
+    f"entries in the coupon-redeemed outbox table, counted up to {BACKLOG_COUNT_CAP}",
+)
+OLDEST = Gauge(
+    "flashcoupon_wallet_redeemed_oldest_pending_seconds",
+    "age of the oldest entry in the coupon-redeemed outbox table (0 when empty)",
 )
 
-_BATCH = 500
+
+def split_acked(
+    entries: Sequence[OutboxEntry], results: Sequence[object]
+) -> tuple[list[int], BaseException | None]:
+    """(ids Kafka acknowledged, the first error); a result is an exception or record metadata."""
+    pairs = zip(entries, results, strict=True)
+    acked = [e.id for e, r in pairs if not isinstance(r, BaseException)]
+    error = next((r for r in results if isinstance(r, BaseException)), None)
+    return acked, error
+
+
+def needs_new_producer(error: BaseException) -> bool:
+    """A database error says nothing about the producer; a retriable Kafka error (no leader,
+    connection refused) is retried by the same one; anything else — a non-retriable Kafka error,
+    a send that timed out, a bug — gets a fresh producer."""
+    if isinstance(error, SQLAlchemyError):
+        return False
+    return not getattr(error, "retriable", False)
+
+
+def next_wait(
+    claimed: int,
+    batch_size: int,
+    failures: int,
+    *,
+    poll: float,
+    retry_initial: float,
+    retry_max: float,
+) -> float:
+    """Seconds until the next pass: capped exponential backoff after failed passes, none after
+    a full batch (more is probably waiting), else the poll interval (a wake() cuts it short)."""
+    if failures:
+        return min(retry_max, retry_initial * 2 ** min(failures - 1, 30))
+    if claimed >= batch_size:
+        return 0.0
+    return poll
 
 
 class RedeemedPublisher:
     def __init__(
         self,
+        engine: AsyncEngine,
         bootstrap: str,
         topic: str,
         *,
         producer: AIOKafkaProducer | None = None,
-        max_pending: int = 100_000,
+        batch_size: int = 500,
+        poll_seconds: float = 1.0,
         retry_initial: float = 0.2,
         retry_max: float = 5.0,
+        send_timeout: float = 15.0,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self._engine = engine
         self._producer = producer
         self._owns_producer = producer is None
-        self._queue: asyncio.Queue[CouponRedeemed] = asyncio.Queue(max_pending)
-        self._in_flight = 0
+        self._batch_size = batch_size
+        self._poll = poll_seconds
         self._retry_initial = retry_initial
         self._retry_max = retry_max
+        self._send_timeout = send_timeout
         self._task: asyncio.Task[None] | None = None
-        self._idle = asyncio.Event()  # set while nothing is pending
-        self._idle.set()
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
 
-    @property
-    def pending(self) -> int:
-        return self._queue.qsize() + self._in_flight
-
-    def publish(self, event: CouponRedeemed) -> None:
-        """Queue an event; never blocks and never fails the caller."""
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
-            DROPPED.inc()
-            logger.error(
-                "coupon-redeemed queue full (%d); dropped event for coupon %s order %s",
-                self._queue.maxsize,
-                event.code,
-                event.order_id,
-            )
-            return
-        self._idle.clear()
-        PENDING.inc()
+    def wake(self) -> None:
+        """An outbox entry was just committed: start a pass now rather than at the next poll."""
+        self._wake.set()
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="redeemed-publisher")
 
-    async def stop(self, drain_seconds: float) -> None:
-        """Give pending events up to drain_seconds to reach Kafka, then stop."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), drain_seconds)
-        if self.pending:
-            DROPPED.inc(self.pending)
-            PENDING.dec(self.pending)
-            logger.error("shutting down with %d coupon-redeemed events unpublished", self.pending)
+    async def stop(self, grace_seconds: float) -> None:
+        """Let the batch in flight finish for up to grace_seconds, then stop.
+
+        Nothing is lost either way: what was not acknowledged and removed stays in the table
+        for the next pass of any replica (a cancelled batch rolls back its removals).
+        """
+        self._stop.set()
+        self._wake.set()
         if self._task is not None:
+            await asyncio.wait([self._task], timeout=grace_seconds)
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._owns_producer and self._producer is not None:
+        if self._owns_producer:
             await self._close_producer()
+        logger.info("coupon-redeemed publisher stopped; unsent entries stay in the outbox")
 
     async def _run(self) -> None:
-        backoff = self._retry_initial
-        while True:
-            batch = [await self._queue.get()]
-            while len(batch) < _BATCH and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
-            self._in_flight = len(batch)
-            while batch:
-                try:
-                    batch, error = await self._send(batch)
-                except (KafkaError, OSError) as exc:
-                    error = exc
-                except Exception as exc:  # a bug must not end publishing
-                    logger.exception("unexpected error publishing coupon-redeemed events")
-                    error = exc
-                self._in_flight = len(batch)
-                if error is None:
-                    backoff = self._retry_initial
-                    continue
-                PUBLISH_FAILURES.inc()
-                logger.warning(
-                    "publishing %d coupon-redeemed events failed (%r); retrying in %.1fs",
-                    len(batch),
-                    error,
-                    backoff,
-                )
-                if self._owns_producer and not getattr(error, "retriable", False):
+        loop = asyncio.get_running_loop()
+        failures = 0
+        backlog_due = 0.0
+        while not self._stop.is_set():
+            self._wake.clear()
+            claimed = 0
+            try:
+                claimed = await self._publish_batch()
+                failures = 0
+            except Exception as exc:  # noqa: BLE001 - every failure is retried; logged below
+                failures += 1
+                self._on_failure(exc)
+                if needs_new_producer(exc) and self._owns_producer:
                     await self._close_producer()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, self._retry_max)
-            if self._queue.empty():
-                self._idle.set()
+            if loop.time() >= backlog_due:
+                backlog_due = loop.time() + self._poll
+                await self._refresh_backlog()
+            delay = next_wait(
+                claimed,
+                self._batch_size,
+                failures,
+                poll=self._poll,
+                retry_initial=self._retry_initial,
+                retry_max=self._retry_max,
+            )
+            # After a failure only stop() interrupts the backoff; otherwise a wake() does.
+            event = self._stop if failures else self._wake
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), delay)
 
-    async def _send(
-        self, batch: list[CouponRedeemed]
-    ) -> tuple[list[CouponRedeemed], BaseException | None]:
-        """Send a batch; returns the events Kafka did not acknowledge and the first error.
+    def _on_failure(self, exc: Exception) -> None:
+        PUBLISH_FAILURES.inc()
+        if isinstance(exc, KafkaError | OSError | TimeoutError | SQLAlchemyError):
+            logger.warning("publishing coupon-redeemed events failed (%r); will retry", exc)
+        else:  # a bug must not end publishing, but it must be seen
+            logger.exception("unexpected error publishing coupon-redeemed events")
 
-        If send() itself raises part-way, the whole batch is retried: Kafka may then hold an
-        event twice, which the coupon code lets consumers recognise.
+    async def _publish_batch(self) -> int:
+        """One pass: claim, send, remove what Kafka acknowledged; the number of entries claimed.
+
+        Raises the first send error after committing the removals of the acknowledged entries.
         """
+        async with outbox.claim(self._engine, self._batch_size) as batch:
+            if not batch.entries:
+                return 0
+            results = await asyncio.wait_for(self._send(batch.entries), self._send_timeout)
+            acked, error = split_acked(batch.entries, results)
+            await batch.remove(acked)
+        PUBLISHED.inc(len(acked))
+        if error is not None:
+            raise error
+        return len(batch.entries)
+
+    async def _send(self, entries: Sequence[OutboxEntry]) -> list[object]:
+        """If send() itself raises part-way, the claim rolls back and the whole batch is sent
+        again: Kafka may then hold an event twice, which `code` lets consumers recognise."""
         producer = await self._ensure_producer()
-        futures = [await producer.send(self.topic, e.encode(), key=e.kafka_key()) for e in batch]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        failed = [e for e, r in zip(batch, results, strict=True) if isinstance(r, BaseException)]
-        done = len(batch) - len(failed)
-        PUBLISHED.inc(done)
-        PENDING.dec(done)
-        error = next((r for r in results if isinstance(r, BaseException)), None)
-        return failed, error
+        futures = [await producer.send(self.topic, e.payload, key=e.key) for e in entries]
+        return list(await asyncio.gather(*futures, return_exceptions=True))
+
+    async def _refresh_backlog(self) -> None:
+        try:
+            count, age = await outbox.backlog(self._engine, BACKLOG_COUNT_CAP)
+        except SQLAlchemyError as exc:  # MySQL away: the claim's failure is already logged
+            logger.debug("outbox backlog not measured: %r", exc)
+            return
+        except Exception:  # a bug here must not end publishing
+            logger.exception("measuring the coupon-redeemed outbox failed")
+            return
+        PENDING.set(count)
+        OLDEST.set(age)
 
     async def _ensure_producer(self) -> AIOKafkaProducer:
         if self._producer is None:
@@ -171,5 +234,7 @@ class RedeemedPublisher:
     async def _close_producer(self) -> None:
         producer, self._producer = self._producer, None
         if producer is not None:
-            with contextlib.suppress(KafkaError, OSError):
-                await producer.stop()
+            # stop() flushes, which never ends while the broker is gone; the records it holds
+            # are still in the outbox, so give up after a while.
+            with contextlib.suppress(KafkaError, OSError, TimeoutError):
+                await asyncio.wait_for(producer.stop(), 5)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from flashcoupon_common.messages import Discount
+from flashcoupon_common.messages import CouponRedeemed, Discount
 
 MAX_ORDER_ID = 64  # user_coupons.order_id is VARCHAR(64)
 # Amounts are minor currency units; cap at the largest integer JSON clients represent exactly.
@@ -198,6 +198,19 @@ def stored_redemption(row: CouponRow) -> Redemption:
         order_amount=row.order_amount,
         discount_amount=row.discount_amount,
         redeemed_at=row.redeemed_at,
+    )
+
+
+def redeemed_event(r: Redemption) -> CouponRedeemed:
+    """The `coupon-redeemed` message of a redemption, as the outbox stores it."""
+    return CouponRedeemed(
+        event_id=r.event_id,
+        user_id=r.user_id,
+        code=r.code,
+        order_id=r.order_id,
+        order_amount=r.order_amount,
+        discount_amount=r.discount_amount,
+        redeemed_at_ms=int(r.redeemed_at.timestamp() * 1000),
     )
 
 

@@ -28,10 +28,12 @@ class WalletSettings:
     redeemed_topic: str = topics.COUPON_REDEEMED
     db_pool_size: int = 10
     max_body_bytes: int = 4096
-    # coupon-redeemed events waiting for Kafka are held in memory up to this many; see
-    # docs/wallet.md for what happens beyond it and on a crash.
-    publish_max_pending: int = 100_000
-    # On shutdown, keep trying to publish pending events this long before giving up.
+    # coupon-redeemed events wait in the redeemed_outbox table, not in memory: a publisher
+    # pass sends at most this many, and a pass runs after every redemption and at least
+    # every poll interval (which is how entries a dead replica left behind are found).
+    publish_batch: int = 500
+    publish_poll_seconds: float = 1.0
+    # On shutdown, the batch in flight gets this long to finish; what is left stays in the table.
     publish_drain_seconds: float = 5.0
     log_level: str = "INFO"
 
@@ -46,7 +48,8 @@ class WalletSettings:
             redeemed_topic=env_str(env, PREFIX + "REDEEMED_TOPIC", topics.COUPON_REDEEMED),
             db_pool_size=env_int(env, PREFIX + "DB_POOL_SIZE", 10),
             max_body_bytes=env_int(env, PREFIX + "MAX_BODY_BYTES", 4096),
-            publish_max_pending=env_int(env, PREFIX + "PUBLISH_MAX_PENDING", 100_000),
+            publish_batch=env_int(env, PREFIX + "PUBLISH_BATCH", 500),
+            publish_poll_seconds=env_float(env, PREFIX + "PUBLISH_POLL_SECONDS", 1.0),
             publish_drain_seconds=env_float(env, PREFIX + "PUBLISH_DRAIN_SECONDS", 5.0),
             log_level=env_str(env, PREFIX + "LOG_LEVEL", "INFO"),
         )
@@ -54,7 +57,8 @@ class WalletSettings:
             ("PORT", settings.port),
             ("DB_POOL_SIZE", settings.db_pool_size),
             ("MAX_BODY_BYTES", settings.max_body_bytes),
-            ("PUBLISH_MAX_PENDING", settings.publish_max_pending),
+            ("PUBLISH_BATCH", settings.publish_batch),
+            ("PUBLISH_POLL_SECONDS", settings.publish_poll_seconds),
         ):
             if value <= 0:
                 raise SettingsError(f"{PREFIX}{name} must be positive, got {value}")

@@ -2,8 +2,10 @@
 
 Redemption needs no lock: the UPDATE's WHERE clause (owner, status='issued', not expired) is
 the decision, and InnoDB serialises concurrent UPDATEs of one row, so exactly one of them
-matches. Every statement ends its own transaction: under REPEATABLE READ a read in the same
-transaction as an earlier SELECT would see the old snapshot, not the winner's commit.
+matches. Every read ends its own transaction: under REPEATABLE READ a read in the same
+transaction as an earlier SELECT would see the old snapshot, not the winner's commit. The one
+write transaction is the UPDATE plus, only when it matched, the `coupon-redeemed` outbox entry:
+the event is durable exactly when the redemption is, and a replay (no match) adds nothing.
 Times in DATETIME columns are UTC, compared with UTC_TIMESTAMP(3) so the server's time zone
 does not matter.
 """
@@ -18,6 +20,7 @@ from flashcoupon_common.messages import Discount
 from sqlalchemy import Row, Update, and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from flashcoupon_persister.wallet import outbox
 from flashcoupon_persister.wallet.redemption import (
     CouponRow,
     RedeemRequest,
@@ -26,6 +29,7 @@ from flashcoupon_persister.wallet.redemption import (
     check_redeemable,
     explain_miss,
     plan,
+    redeemed_event,
 )
 
 uc = user_coupons
@@ -141,7 +145,8 @@ async def redeem(
     """Redeem or explain; returns (answer, True if this call did the redemption).
 
     Raises a RedemptionError subclass for every refusal. One pooled connection serves the
-    whole request; each statement runs in its own short transaction.
+    whole request in short transactions; a winning call commits its outbox entry with the
+    UPDATE, so the caller only has to wake the publisher.
     """
     async with engine.connect() as conn:
         row = check_redeemable(await _fetch(conn, code), user_id)
@@ -149,6 +154,8 @@ async def redeem(
             if row.status == "issued" and not row.expired:
                 attempt = plan(row, req, datetime.now(UTC))
                 won = (await conn.execute(_redeem_update(attempt))).rowcount == 1
+                if won:
+                    await outbox.add(conn, redeemed_event(attempt))
                 await conn.commit()
                 if won:
                     return attempt, True
