@@ -8,20 +8,23 @@ UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 RUN := $(UV) run --frozen
 STACK := scripts/stack.sh
 
-.PHONY: help install stack-up stack-status stack-down stack-reset migrate test test-unit lint fmt demo \
+.PHONY: help install tools stack-up stack-status stack-down stack-reset migrate test test-unit lint fmt demo \
         bench bench-issuer bench-persister bench-gateway
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
-install: ## install everything a fresh machine lacks (apt, uv, Python deps, Kafka jars, helm)
+install: ## install what the stack and services need on a fresh machine (apt, uv, Python deps, Kafka jars)
 	@start=$$(date +%s); \
 	if ! command -v uv >/dev/null && ! python3 -m uv --version >/dev/null 2>&1; then \
 	  echo "[install] pip install uv"; python3 -m pip install -q uv; fi; \
 	$(UV) sync --frozen --quiet; \
 	$(STACK) install; \
-	scripts/tools.sh install; \
 	echo "[install] done in $$(( $$(date +%s) - start ))s"
+
+# helm only serves the deployment checks: `make demo` does not wait for its build.
+tools: ## build the deployment tools (helm, from the Go module proxy) into .cache/bin
+	scripts/tools.sh install
 
 stack-up: install ## start Redis Cluster, Kafka (KRaft) and MariaDB, wait for readiness, migrate
 	$(STACK) up
@@ -55,7 +58,7 @@ fmt: ## ruff format and autofix
 test-unit: install ## only the tests that need no server
 	$(RUN) pytest tests/unit
 
-test: stack-up lint ## everything: installs, the stack, lint, every test tier
+test: stack-up tools lint ## everything: installs, the stack, lint, every test tier
 	@start=$$(date +%s); \
 	$(RUN) pytest; \
 	echo "[test] pytest took $$(( $$(date +%s) - start ))s"
