@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
+import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from flashcoupon_common.db.migrate import upgrade
 from flashcoupon_common.db.schema import coupon_events, user_coupons
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings
+from flashcoupon_persister import metrics
+from flashcoupon_persister.app import create_app
 from flashcoupon_persister.settings import PersisterSettings
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from tests.conftest import random_name
+from tests.private_stack import PrivateServer, private_mariadb
 
 
 async def insert_event(engine: AsyncEngine, event_id: str, quantity: int = 100_000) -> None:
@@ -141,6 +148,44 @@ async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
 
 
+async def stream_coupons(
+    bootstrap: str, topic: str, coupons: Sequence[CouponIssued], chunk: int, every_s: float
+) -> None:
+    """Produce `chunk` records every `every_s` seconds: traffic before, during and after a fault."""
+    for i in range(0, len(coupons), chunk):
+        await produce_coupons(bootstrap, topic, coupons[i : i + chunk])
+        await asyncio.sleep(every_s)
+
+
+async def assert_stored_once(
+    engine: AsyncEngine, event_id: str, sent: Sequence[CouponIssued], bootstrap: str, dlq: str
+) -> None:
+    """Every sent coupon is a row, each once, nothing else is in the table or dead-lettered."""
+    assert await codes(engine, event_id) == sorted(c.code for c in sent)
+    async with engine.connect() as conn:
+        n = (await conn.execute(text("SELECT COUNT(*) FROM user_coupons"))).scalar_one()
+    assert n == len(sent)
+    assert await read_all(bootstrap, dlq, 1, within=2) == []
+
+
+async def drained(bootstrap: str, group: str, topic: str) -> bool:
+    """The group has committed every partition of the topic up to its end."""
+    return await committed(bootstrap, group, topic) == await end_offsets(bootstrap, topic)
+
+
+def lags(topic: str) -> list[float]:
+    """The persister's consumer-lag gauges for the topic (refreshed about once a second)."""
+    return [
+        s.value for m in metrics.LAG.collect() for s in m.samples if s.labels.get("topic") == topic
+    ]
+
+
+async def lag_zero(topic: str, partitions: int) -> bool:
+    """Every partition's lag gauge is there and reads 0 (they refresh about once a second)."""
+    values = lags(topic)
+    return len(values) == partitions and all(v == 0 for v in values)
+
+
 async def wait_until(
     check: Callable[[], Awaitable[bool]], within: float, interval: float = 0.25
 ) -> bool:
@@ -193,3 +238,64 @@ def settings_for(
 
 def engine_for(url: str) -> AsyncEngine:
     return create_async_engine(url, pool_size=2)
+
+
+@dataclass
+class FaultRig:
+    """A private, migrated MariaDB with one event, and fresh topics on the shared Kafka."""
+
+    db: PrivateServer
+    url: str
+    engine: AsyncEngine  # for checks after the fault; its pool is empty to begin with
+    bootstrap: str
+    topic: str
+    dlq: str
+    event: str
+    group: str
+
+    def settings(self, **kw: object) -> PersisterSettings:
+        return settings_for(self.bootstrap, self.url, self.topic, self.dlq, self.group, **kw)
+
+    async def stream(self, coupons: Sequence[CouponIssued], chunk: int, every_s: float) -> None:
+        await stream_coupons(self.bootstrap, self.topic, coupons, chunk, every_s)
+
+    async def wait_drained(self, within: float, partitions: int = 3) -> None:
+        """Everything produced is committed, then every lag gauge reads 0."""
+        assert await wait_until(lambda: drained(self.bootstrap, self.group, self.topic), within)
+        assert await wait_until(lambda: lag_zero(self.topic, partitions), 10), lags(self.topic)
+
+    async def assert_stored_once(self, sent: Sequence[CouponIssued]) -> None:
+        await assert_stored_once(self.engine, self.event, sent, self.bootstrap, self.dlq)
+
+
+@contextlib.asynccontextmanager
+async def fault_rig(bootstrap: str, partitions: int = 3) -> AsyncIterator[FaultRig]:
+    """Set up a FaultRig; on exit drop the topics and stop the private server."""
+    db, url = private_mariadb()
+    await asyncio.to_thread(db.start)
+    topic = await create_topic(bootstrap, partitions)
+    dlq = await create_topic(bootstrap, 1, prefix="dlq")
+    engine = create_async_engine(url, pool_pre_ping=True)
+    try:
+        await asyncio.to_thread(upgrade, url)
+        event = random_name("ev")
+        await insert_event(engine, event)
+        await engine.dispose()  # its pooled connections would not survive the fault anyway
+        yield FaultRig(db, url, engine, bootstrap, topic, dlq, event, random_name("g"))
+    finally:
+        await engine.dispose()
+        await delete_topics(bootstrap, topic, dlq)
+        await asyncio.to_thread(db.stop)
+
+
+@contextlib.asynccontextmanager
+async def persister_http(settings: PersisterSettings) -> AsyncIterator[httpx.AsyncClient]:
+    """The persister app with its lifespan running (the loop consumes), and a client to it."""
+    app = create_app(settings)
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://p")
+    async with app.router.lifespan_context(app), http:
+        yield http
+
+
+async def is_ready(http: httpx.AsyncClient) -> bool:
+    return (await http.get("/readyz")).status_code == 200

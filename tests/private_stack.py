@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import subprocess
 import tempfile
@@ -61,13 +62,24 @@ class PrivateServer:
             [str(STACK), "status"], env={**os.environ, **self.env}, capture_output=True, text=True
         )
 
-    def kill(self, port: int | None = None) -> None:
-        """SIGKILL, as a crash would: no clean shutdown. For redis, the node on `port`."""
+    def _pidfile(self, port: int | None) -> Path:
         pids = Path(self.env["FLASHCOUPON_STACK_DIR"]) / "pids"
         name = {"kafka": "kafka-1", "redis": f"redis-{port}"}.get(self.part, self.part)
-        pidfile = pids / f"{name}.pid"
-        os.kill(int(pidfile.read_text()), 9)
+        return pids / f"{name}.pid"
+
+    def kill(self, port: int | None = None) -> None:
+        """SIGKILL, as a crash would: no clean shutdown. For redis, the node on `port`."""
+        pidfile = self._pidfile(port)
+        os.kill(int(pidfile.read_text()), signal.SIGKILL)
         pidfile.unlink()
+
+    def freeze(self, port: int | None = None) -> None:
+        """SIGSTOP: a hung server. Its kernel still accepts connections; nothing answers."""
+        os.kill(int(self._pidfile(port).read_text()), signal.SIGSTOP)
+
+    def thaw(self, port: int | None = None) -> None:
+        """SIGCONT after freeze(): the server carries on with whatever reached its sockets."""
+        os.kill(int(self._pidfile(port).read_text()), signal.SIGCONT)
 
 
 def private_kafka() -> tuple[PrivateServer, str]:

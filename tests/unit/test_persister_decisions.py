@@ -1,4 +1,4 @@
-"""Plain decisions of the persister: duplicate vs conflict, backoff, decoding, DLQ headers."""
+"""Plain decisions of the persister: duplicate vs conflict, backoff, stalls, decoding, DLQ."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, SettingsError
-from flashcoupon_persister.consumer import backoff_delay, decode_all
+from flashcoupon_persister.consumer import STALL_GRACE_S, backoff_delay, decode_all, is_stalled
 from flashcoupon_persister.dlq import DeadLetter, dlq_headers
 from flashcoupon_persister.settings import PersisterSettings
 from flashcoupon_persister.writer import judge, to_row, utc_text
@@ -126,3 +126,23 @@ def test_settings_from_env_and_validation() -> None:
         PersisterSettings(
             KafkaSettings("k:1"), MysqlSettings("mysql+asyncmy://x"), dlq_topic="coupon-issued"
         ).validate()
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", 5.0), ("0.5", 0.5), ("30", 30.0)])
+def test_db_write_timeout_setting(value: str, expected: float) -> None:
+    env = {"FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S": value}
+    assert PersisterSettings.from_env(env).db_write_timeout_s == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "0.05", "601", "nan", "inf", "5s"])
+def test_db_write_timeout_refuses_nonsense(value: str) -> None:
+    with pytest.raises(SettingsError, match="FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S"):
+        PersisterSettings.from_env({"FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S": value})
+
+
+def test_stalled_only_after_failing_longer_than_the_grace() -> None:
+    assert not is_stalled(None, 1000.0)  # nothing failing
+    assert not is_stalled(990.0, 990.2)  # one quick retry never flips readiness
+    assert not is_stalled(990.0, 990.0 + STALL_GRACE_S)
+    assert is_stalled(990.0, 990.0 + STALL_GRACE_S + 0.1)
+    assert is_stalled(0.0, 3.0, grace_s=2.0)

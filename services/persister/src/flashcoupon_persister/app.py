@@ -1,7 +1,9 @@
 """The persister's HTTP face: /healthz, /readyz, /metrics; its lifespan runs the consumer.
 
-Readiness means the database answers and the consumer holds partitions: a member without an
-assignment (more replicas than partitions) is alive but is doing nothing.
+Readiness means the database answers, the consumer holds partitions (a member without an
+assignment — more replicas than partitions — is alive but is doing nothing), and writes are
+not stuck: a batch failing for longer than STALL_GRACE_S (say writes hang or are refused while
+`SELECT 1` still works) makes the member not ready; a single retry does not.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def create_app(
             db = True
         except Exception:  # noqa: BLE001 - any failure means the database is not usable now
             db = False
-        return {"database": db, "assigned": loop.assigned}
+        return {"database": db, "assigned": loop.assigned, "writing": not loop.stalled}
 
     return Starlette(
         routes=health_routes(ready), lifespan=lifespan, exception_handlers=exception_handlers()

@@ -10,7 +10,9 @@ commits happen strictly in fetch order, so a commit never covers an unfinished b
 
 While a transient failure lasts, the assigned partitions are paused and the loop keeps
 polling (which returns nothing for paused partitions) between retries: the consumer stays in
-its group (max.poll.interval) and holds no more than the batches already in flight.
+its group (max.poll.interval) and holds no more than the batches already in flight. A
+database that stops answering becomes such a failure too: the writer's timeout turns the hang
+into WriteTimeout.
 """
 
 from __future__ import annotations
@@ -33,12 +35,16 @@ from flashcoupon_common.messages import CouponIssued, SchemaError
 from . import metrics
 from .dlq import DeadLetter, DeadLetters, DeadLetterSendError
 from .settings import PersisterSettings
-from .writer import BatchWriter, TransientWriteError
+from .writer import BatchWriter, TransientWriteError, WriteTimeout
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Record = ConsumerRecord[bytes, bytes]
+
+# How long a batch may keep failing before readiness says so: longer than a deadlock retry or
+# a short blip (a few backoff rounds), shorter than an operator would want to wait.
+STALL_GRACE_S = 10.0
 
 
 class Stopped(Exception):
@@ -49,6 +55,11 @@ def backoff_delay(attempt: int, base: float, cap: float, jitter: float = 0.2) ->
     """Capped exponential backoff (attempt 1 → base), with a little jitter against herds."""
     delay = min(cap, base * (2 ** (attempt - 1)))
     return delay * (1 - jitter * random.random())
+
+
+def is_stalled(failing_since: float | None, now: float, grace_s: float = STALL_GRACE_S) -> bool:
+    """Whether batches have been failing without a break for longer than grace_s."""
+    return failing_since is not None and now - failing_since > grace_s
 
 
 def decode_all(records: list[Record]) -> tuple[list[CouponIssued], list[Record], list[DeadLetter]]:
@@ -106,6 +117,7 @@ class PersistLoop:
         self._pending: dict[TopicPartition, int] = {}  # stored, not yet committed
         self._inflight: deque[_InFlight] = deque()
         self._retrying = 0  # batches currently waiting out a transient failure
+        self._failing_since: float | None = None  # monotonic; since _retrying became > 0
         self._paused = False
         self._lag_updated = 0.0
         self.batches_done = 0
@@ -117,6 +129,11 @@ class PersistLoop:
     @property
     def assigned(self) -> bool:
         return bool(self.consumer.assignment())
+
+    @property
+    def stalled(self) -> bool:
+        """True while writes have kept failing for longer than STALL_GRACE_S (readiness)."""
+        return is_stalled(self._failing_since, time.monotonic())
 
     async def run(self) -> None:
         self.consumer.subscribe([self.settings.topic], listener=_Rebalance(self))
@@ -258,9 +275,13 @@ class PersistLoop:
                     if self._stopping.is_set():
                         raise Stopped from exc
                     if attempt == 0:
+                        if not self._retrying:
+                            self._failing_since = time.monotonic()
                         self._retrying += 1
                     attempt += 1
                     metrics.RETRIES.labels(what).inc()
+                    if isinstance(exc, WriteTimeout):
+                        metrics.DB_TIMEOUTS.inc()
                     s = self.settings
                     delay = backoff_delay(attempt, s.retry_backoff_base_s, s.retry_backoff_cap_s)
                     logger.warning(
@@ -277,6 +298,8 @@ class PersistLoop:
         finally:
             if attempt:
                 self._retrying -= 1
+                if not self._retrying:
+                    self._failing_since = None
 
     async def _update_lag(self) -> None:
         now = time.monotonic()

@@ -30,6 +30,11 @@ RETRIES = Counter(
     "Retries after a transient failure, by what failed (db, dlq)",
     ["what"],
 )
+DB_TIMEOUTS = Counter(
+    "flashcoupon_persister_db_timeouts_total",
+    "Batch writes abandoned because the database did not answer within DB_WRITE_TIMEOUT_S "
+    "(its connection is discarded and the batch retried)",
+)
 COMMIT_FAILURES = Counter(
     "flashcoupon_persister_commit_failures_total",
     "Offset commits that failed (rebalance); the records are redelivered, harmlessly",

@@ -45,14 +45,22 @@ async def running(
     """Start the persister; on exit finish the batch, commit, and leave the group."""
     own_engine = engine is None
     if engine is None:
-        engine = create_engine(settings.mysql, pool_size=settings.db_pool_size)
+        timeout = settings.db_write_timeout_s
+        engine = create_engine(
+            settings.mysql,
+            pool_size=settings.db_pool_size,
+            connect_timeout_s=timeout,
+            pool_timeout_s=timeout,
+        )
     own_consumer = consumer is None
     if consumer is None:
         consumer = create_consumer(settings)
     dead_letters = DeadLetters(
         settings.kafka.bootstrap, settings.dlq_topic, settings.group_id, producer=producer
     )
-    loop = PersistLoop(settings, consumer, BatchWriter(engine), dead_letters)
+    loop = PersistLoop(
+        settings, consumer, BatchWriter(engine, timeout_s=settings.db_write_timeout_s), dead_letters
+    )
     task: asyncio.Task[None] | None = None
     try:
         await dead_letters.start()

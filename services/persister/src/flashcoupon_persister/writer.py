@@ -8,13 +8,22 @@ The subtle part is telling a true duplicate from a conflict, since the upsert ab
 The engine is set up without CLIENT_FOUND_ROWS, so the statement's rowcount is the number of
 rows actually inserted; when it equals the batch size nothing was absorbed and we are done.
 Otherwise one indexed SELECT by code, inside the same transaction, decides per row (`judge`).
+
+Every wait for the database is bounded (`timeout_s`, one answer at a time): a server that
+accepts the connection but never answers would otherwise hold the batch forever. The deadline
+cancels the pending read; asyncmy then closes the socket and SQLAlchemy treats the cancellation
+as a disconnect and terminates the connection instead of returning it to the pool, so a
+half-finished transaction is never reused. The batch is retried; if the server committed just
+before the deadline, the retry's rows are absorbed as duplicates.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,6 +67,10 @@ _MAX_SECOND = 253402300800  # 10000-01-01T00:00:00Z
 
 class TransientWriteError(Exception):
     """The batch could not be written now; retry it later as a whole."""
+
+
+class WriteTimeout(TransientWriteError):
+    """The database did not answer within the timeout; the connection was discarded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,9 +193,28 @@ def prepare_engine(engine: AsyncEngine) -> AsyncEngine:
     return engine
 
 
+Answered = Callable[[], None]  # "the database just answered": restarts the deadline
+
+
 class BatchWriter:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, timeout_s: float = 5.0) -> None:
         self.engine = prepare_engine(engine)
+        self.timeout_s = timeout_s
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self) -> AsyncIterator[Answered]:
+        """Allow `timeout_s` until the next answer; raise WriteTimeout when it passes."""
+        loop = asyncio.get_running_loop()
+        timeout = asyncio.timeout(self.timeout_s)
+        try:
+            async with timeout:
+                yield lambda: timeout.reschedule(loop.time() + self.timeout_s)
+        except TimeoutError as exc:
+            if not timeout.expired():
+                raise  # not ours: handled like any other timeout
+            raise WriteTimeout(
+                f"the database did not answer within {self.timeout_s:g}s; connection discarded"
+            ) from exc
 
     async def write(self, coupons: Sequence[CouponIssued]) -> WriteResult:
         """Store a batch; raises TransientWriteError when it should be retried as a whole."""
@@ -196,7 +228,8 @@ class BatchWriter:
         if not rows:
             return result
         try:
-            await self._write_batch(rows, result)
+            async with self._deadline() as answered:
+                await self._write_batch(rows, result, answered)
         except DBAPIError as exc:
             if classify(exc) is ErrorKind.TRANSIENT:
                 raise TransientWriteError(str(exc.orig)) from exc
@@ -212,22 +245,26 @@ class BatchWriter:
         return result
 
     async def _write_batch(
-        self, rows: list[tuple[int, CouponIssued, tuple[Any, ...]]], result: WriteResult
+        self,
+        rows: list[tuple[int, CouponIssued, tuple[Any, ...]]],
+        result: WriteResult,
+        answered: Answered,
     ) -> None:
         async with self.engine.begin() as conn:
             res = await conn.exec_driver_sql(INSERT_SQL, [r for _, _, r in rows])
+            answered()
             inserted = res.rowcount
             if inserted == len(rows):
                 result.inserted += inserted
                 return
-            await self._judge(conn, [(i, c) for i, c, _ in rows], inserted, result)
+            await self._judge(conn, [(i, c) for i, c, _ in rows], inserted, result, answered)
 
     async def _write_rows(
         self, rows: list[tuple[int, CouponIssued, tuple[Any, ...]]], result: WriteResult
     ) -> None:
         """Slow path: one savepoint per row, so poison rows fail alone and the rest commit."""
         try:
-            async with self.engine.begin() as conn:
+            async with self._deadline() as answered, self.engine.begin() as conn:
                 survivors: list[tuple[int, CouponIssued]] = []
                 inserted = 0
                 for i, c, row in rows:
@@ -237,15 +274,17 @@ class BatchWriter:
                     except DBAPIError as exc:
                         if classify(exc) is ErrorKind.TRANSIENT:
                             raise
+                        answered()
                         code = mysql_error_code(exc)
                         result.rejected.append(
                             Rejected(i, "constraint", f"MYSQL_{code}", str(exc.orig))
                         )
                         continue
+                    answered()
                     inserted += res.rowcount
                     survivors.append((i, c))
                 if survivors:
-                    await self._judge(conn, survivors, inserted, result)
+                    await self._judge(conn, survivors, inserted, result, answered)
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             raise TransientWriteError(repr(exc)) from exc
 
@@ -255,9 +294,11 @@ class BatchWriter:
         coupons: list[tuple[int, CouponIssued]],
         inserted: int,
         result: WriteResult,
+        answered: Answered,
     ) -> None:
         codes = list({c.code for _, c in coupons})
         found = await conn.execute(_SELECT_BY_CODE, {"codes": codes})
+        answered()
         by_code = {r.code: (r.event_id, r.user_id, r.seq) for r in found}
         by_slot: dict[Slot, str] = {}
         missing = [c for _, c in coupons if c.code not in by_code]
@@ -273,6 +314,7 @@ class BatchWriter:
                         {"e": c.event_id, "u": c.user_id, "s": c.seq},
                     )
                 ).first()
+                answered()
                 if row is not None:
                     by_slot[(c.event_id, c.user_id, c.seq)] = row.code
         stored, rejected = judge(coupons, by_code, by_slot)

@@ -14,13 +14,22 @@ warnings.filterwarnings("ignore", module="asyncmy")
 
 
 def create_engine(
-    settings: MysqlSettings, *, pool_size: int = 10, echo: bool = False
+    settings: MysqlSettings,
+    *,
+    pool_size: int = 10,
+    echo: bool = False,
+    connect_timeout_s: float = 10.0,
+    pool_timeout_s: float = 30.0,
 ) -> AsyncEngine:
+    """connect_timeout_s bounds the TCP connect (a hung host that drops SYNs); pool_timeout_s
+    bounds the wait for a free pooled connection. Neither bounds a statement."""
     return create_async_engine(
         settings.url,
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=1800,
         pool_pre_ping=True,
+        pool_timeout=pool_timeout_s,
+        connect_args={"connect_timeout": connect_timeout_s},
         echo=echo,
     )

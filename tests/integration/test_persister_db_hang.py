@@ -1,0 +1,93 @@
+"""MariaDB frozen (SIGSTOP) for 8 s under a stream of records: writes time out and recover.
+
+A frozen server still completes TCP handshakes in its kernel but never answers, which is what
+a hung database or a partition without RST looks like. Without a write timeout the batches in
+flight wait forever, nothing is retried or counted, and the partitions are not even paused.
+Uses a private MariaDB so freezing it touches no other test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from flashcoupon_persister import metrics
+from flashcoupon_persister.writer import BatchWriter, WriteTimeout
+from sqlalchemy import event as sa_event
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from tests.conftest import Stack
+from tests.persister_support import coupon, fault_rig, is_ready, persister_http, wait_until
+
+TOTAL = 1200
+CHUNK = 60
+FROZEN_S = 8.0
+
+
+@pytest.mark.timeout(120)  # a hang must fail the test, not stall the suite for 300 s
+async def test_hung_database_times_out_retries_and_recovers(stack: Stack) -> None:
+    async with fault_rig(stack.kafka.bootstrap) as rig:
+        batch = [coupon(rig.event, n) for n in range(TOTAL)]
+        settings = rig.settings(
+            db_write_timeout_s=1.0, retry_backoff_base_s=0.2, retry_backoff_cap_s=1.0
+        )
+        async with persister_http(settings) as http:
+            # ~15 s of traffic: before, during and after the freeze.
+            producer = asyncio.create_task(rig.stream(batch, CHUNK, 0.75))
+            assert await wait_until(lambda: is_ready(http), 20)
+            await asyncio.sleep(2)
+            timeouts_before = metrics.DB_TIMEOUTS._value.get()
+            retries_before = metrics.RETRIES.labels("db")._value.get()
+            rig.db.freeze()
+            try:
+                await asyncio.sleep(FROZEN_S / 2)
+                assert not await is_ready(http)
+                await asyncio.sleep(FROZEN_S / 2)
+                # Still frozen: the hang was noticed, counted, and the partitions paused.
+                retries = metrics.RETRIES.labels("db")._value.get() - retries_before
+                paused = metrics.PAUSED._value.get()
+                timeouts = metrics.DB_TIMEOUTS._value.get() - timeouts_before
+            finally:
+                rig.db.thaw()
+            thawed = time.monotonic()
+            print(f"while frozen: {timeouts:.0f} timeouts, {retries:.0f} retries, paused={paused}")
+            assert timeouts > 0
+            assert retries >= timeouts
+            assert paused == 1
+            await producer
+
+            await rig.wait_drained(30)
+            print(f"lag 0 {time.monotonic() - thawed:.1f}s after the thaw")
+            assert await is_ready(http)  # the same loop, never restarted
+        await rig.assert_stored_once(batch)
+
+
+@pytest.mark.timeout(60)
+async def test_write_timeout_discards_the_connection(stack: Stack) -> None:
+    async with fault_rig(stack.kafka.bootstrap) as rig:
+        engine = create_async_engine(rig.url, pool_size=2, pool_pre_ping=True)
+        invalidated: list[object] = []
+        sa_event.listen(
+            engine.sync_engine.pool, "invalidate", lambda c, r, e: invalidated.append(c)
+        )
+        writer = BatchWriter(engine, timeout_s=1.0)
+        try:
+            await writer.write([coupon(rig.event, n) for n in range(10)])  # pools a connection
+            second = [coupon(rig.event, n) for n in range(10, 20)]
+            rig.db.freeze()
+            try:
+                started = time.monotonic()
+                with pytest.raises(WriteTimeout):
+                    await writer.write(second)
+                took = time.monotonic() - started
+            finally:
+                rig.db.thaw()
+            assert 1.0 <= took < 2.0, took
+            # The connection it was using is gone, not back in the pool mid-transaction.
+            assert invalidated
+            assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+            result = await writer.write(second)
+            assert (result.inserted, result.duplicates, result.rejected) == (10, 0, [])
+        finally:
+            await engine.dispose()
