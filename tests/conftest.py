@@ -86,17 +86,12 @@ async def redis_cluster(stack: Stack) -> AsyncIterator[object]:
 @pytest.fixture
 async def kafka_topic(stack: Stack) -> AsyncIterator[str]:
     """A fresh topic with 3 partitions, deleted afterwards."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from flashcoupon_common.kafka_admin import create_topics, delete_topics
 
     name = random_name("t")
-    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka.bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=3, replication_factor=1)])
-        yield name
-        await admin.delete_topics([name])
-    finally:
-        await admin.close()
+    await create_topics(stack.kafka.bootstrap, name)
+    yield name
+    await delete_topics(stack.kafka.bootstrap, name)
 
 
 @pytest.fixture

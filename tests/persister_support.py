@@ -12,9 +12,10 @@ from datetime import datetime
 
 import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from flashcoupon_common.db.migrate import upgrade
 from flashcoupon_common.db.schema import coupon_events, user_coupons
+from flashcoupon_common.kafka_admin import committed_offsets as committed
+from flashcoupon_common.kafka_admin import create_topics, delete_topics
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings
 from flashcoupon_persister import metrics
@@ -62,22 +63,8 @@ def coupon(
 
 async def create_topic(bootstrap: str, partitions: int = 3, prefix: str = "t") -> str:
     name = random_name(prefix)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        await admin.close()
+    await create_topics(bootstrap, name, partitions=partitions)
     return name
-
-
-async def delete_topics(bootstrap: str, *names: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics(list(names))
-    finally:
-        await admin.close()
 
 
 async def produce(
@@ -136,16 +123,6 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         return {tp.partition: off for tp, off in ends.items()}
     finally:
         await consumer.stop()
-
-
-async def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-    finally:
-        await admin.close()
-    return {tp.partition: meta.offset for tp, meta in offsets.items() if tp.topic == topic}
 
 
 async def stream_coupons(

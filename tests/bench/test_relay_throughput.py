@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 from aiokafka import AIOKafkaProducer
+from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_issuer.relay import Relay
 
 from tests.conftest import random_name
@@ -27,7 +28,6 @@ from tests.e2e.test_relay_sigkill import start_relay
 from tests.integration.test_relay_pipeline import (
     cleanup_event,
     codes_of,
-    create_topics,
     make_coupons,
     outbox_drained,
     read_all,

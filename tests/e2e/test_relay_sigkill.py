@@ -12,13 +12,13 @@ from pathlib import Path
 
 import httpx
 from flashcoupon_common import keys
+from flashcoupon_common.kafka_admin import create_topics
 from redis.exceptions import ResponseError
 
 from tests.conftest import random_name
 from tests.integration.test_relay_pipeline import (
     cleanup_event,
     codes_of,
-    create_topics,
     make_coupons,
     outbox_drained,
     read_all,

@@ -18,10 +18,10 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.db.schema import user_coupons
 from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.kafka_admin import create_topics, delete_topics
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import MysqlSettings
@@ -109,9 +109,7 @@ async def test_auditor_finds_drift_and_repair_restores_the_missing_row(
     spec = await issue_coupons(redis_cluster, N)
     eid = spec.event_id
     dlq = random_name("dlq")
-    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka.bootstrap)
-    await admin.start()
-    await admin.create_topics([NewTopic(dlq, num_partitions=1, replication_factor=1)])
+    await create_topics(stack.kafka.bootstrap, dlq, partitions=1)
     settings = PersisterSettings(
         kafka=stack.kafka,
         mysql=MysqlSettings(mysql_url),
@@ -185,8 +183,7 @@ async def test_auditor_finds_drift_and_repair_restores_the_missing_row(
             assert code == 0 and body["clean"], body
     finally:
         await event_state.delete_state(redis_cluster, eid)
-        await admin.delete_topics([dlq])
-        await admin.close()
+        await delete_topics(stack.kafka.bootstrap, dlq)
 
 
 async def test_auditor_refuses_an_event_without_redis_state(stack: Stack) -> None:

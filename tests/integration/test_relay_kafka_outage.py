@@ -15,6 +15,7 @@ import collections
 import shutil
 
 from flashcoupon_common import event_state, keys
+from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_issuer.app import create_app
 from flashcoupon_issuer.relay import Relay
 from flashcoupon_issuer.settings import IssuerSettings
@@ -25,7 +26,6 @@ from tests.integration.test_issuer_app import running as running_app
 from tests.integration.test_issuer_script import make_spec
 from tests.integration.test_relay_pipeline import (
     codes_of,
-    create_topics,
     metric,
     outbox_drained,
     read_all,

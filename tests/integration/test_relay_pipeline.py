@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator, Iterable
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.structs import TopicPartition
 from flashcoupon_common import keys
+from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_issuer.relay import Relay
 from flashcoupon_issuer.relay_main import create_app
@@ -75,17 +75,6 @@ async def write_outbox(redis, coupons: Iterable[CouponIssued], *, chunk: int = 5
 async def cleanup_event(redis, event_id: str) -> None:
     await redis.srem(keys.EVENTS_REGISTRY, event_id)
     await redis.delete(keys.outbox_key(event_id))
-
-
-async def create_topics(bootstrap: str, *names: str, partitions: int = 3) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics(
-            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names]
-        )
-    finally:
-        await admin.close()
 
 
 async def read_all(bootstrap: str, topic: str, *, within: float = 60) -> list:

@@ -13,6 +13,7 @@ import asyncio
 import shutil
 
 from flashcoupon_common import keys
+from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 from flashcoupon_issuer.relay import Relay
@@ -22,7 +23,6 @@ from redis.exceptions import RedisError
 from tests.conftest import random_name
 from tests.integration.test_relay_pipeline import (
     codes_of,
-    create_topics,
     make_coupons,
     metric,
     outbox_drained,

@@ -41,7 +41,7 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 
 from flashcoupon_loadtest import driver
-from flashcoupon_loadtest.localrun import free_port, stack_env, wait_ready
+from flashcoupon_loadtest.localrun import free_port, stack_env, uvicorn_command, wait_ready
 from flashcoupon_loadtest.scenarios import Burst, GetLoop
 from flashcoupon_loadtest.stats import latency_summary, outcome_counts, throughput
 
@@ -67,28 +67,7 @@ def _spec(event_id: str, quantity: int) -> EventSpec:
 
 def _serve(app: str, port: int, env: dict[str, str], log: str, factory: bool) -> Any:
     LOGS.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        app,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-        "--no-access-log",
-        "--log-level",
-        "warning",
-        "--backlog",
-        "4096",
-        *(["--factory"] if factory else []),
-    ]
+    cmd = uvicorn_command(app, port, factory=factory)
     out = (LOGS / log).open("wb")
     proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
     wait_ready(f"http://127.0.0.1:{port}/readyz", proc=proc, timeout=60)

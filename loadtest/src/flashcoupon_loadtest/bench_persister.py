@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from flashcoupon_common.db.migrate import upgrade
+from flashcoupon_common.kafka_admin import committed_offsets, create_topics, delete_topics
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings
 from flashcoupon_persister import metrics
@@ -122,13 +122,8 @@ async def produce(bootstrap: str, topic: str, coupons: list[CouponIssued]) -> fl
 
 
 async def committed_total(bootstrap: str, group: str, topic: str) -> int:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        offsets = await admin.list_consumer_group_offsets(group)
-    finally:
-        await admin.close()
-    return sum(max(0, m.offset) for tp, m in offsets.items() if tp.topic == topic)
+    offsets = await committed_offsets(bootstrap, group, topic)
+    return sum(max(0, offset) for offset in offsets.values())
 
 
 async def count(engine: AsyncEngine) -> int:
@@ -237,14 +232,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     event_id = f"bench-{tag}"
     topic = f"bench-persister-{tag}"
     coupons = make_coupons(event_id, args.records)
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-    await admin.start()
-    await admin.create_topics(
-        [
-            NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1),
-            NewTopic(f"{topic}-dlq", num_partitions=1, replication_factor=1),
-        ]
-    )
+    await create_topics(kafka.bootstrap, topic, partitions=PARTITIONS)
+    await create_topics(kafka.bootstrap, f"{topic}-dlq", partitions=1)
     dbs = [f"bench_persister_{tag}", f"bench_ceiling_{tag}", f"bench_ceiling_c_{tag}"]
     try:
         print(f"producing {args.records} records to {topic} ...", flush=True)
@@ -272,8 +261,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         ceiling_c = await run_ceiling(url3, coupons, args.batch, connections=conc)
         print(f"  {ceiling_c}", flush=True)
     finally:
-        await admin.delete_topics([topic, f"{topic}-dlq"])
-        await admin.close()
+        await delete_topics(kafka.bootstrap, topic, f"{topic}-dlq")
         for db in dbs:
             await drop_database(mysql.url, db)
     ratio = persister["rows_per_s_sustained"] / ceiling["rows_per_s"]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcoupon_common.db.engine import create_engine
+from flashcoupon_common.kafka_admin import create_topics, delete_topics
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSettings
 
@@ -36,8 +37,6 @@ from flashcoupon_loadtest.drop import (
     DEFAULT_MANIFEST,
     PipelineWatch,
     couponctl_apply,
-    create_topic,
-    delete_topic,
     demo_manifest,
 )
 from flashcoupon_loadtest.invariants import Check, all_passed, check_event
@@ -131,7 +130,7 @@ async def run(args: argparse.Namespace) -> int:
     services: LocalServices | None = None
     try:
         if not args.target:
-            await create_topic(kafka.bootstrap, topic)
+            await create_topics(kafka.bootstrap, topic, partitions=6)
             services = LocalServices(
                 jwt_secret=args.jwt_secret,
                 env={"FLASHCOUPON_MYSQL_URL": env["FLASHCOUPON_MYSQL_URL"]},
@@ -172,7 +171,7 @@ async def run(args: argparse.Namespace) -> int:
         if services is not None and args.keep_services:
             print("services left running: " + ", ".join(s.url for s in services.services))
         if not args.target and not args.keep_services:
-            await delete_topic(kafka.bootstrap, topic)
+            await delete_topics(kafka.bootstrap, topic)
         await redis.aclose()
         await engine.dispose()
 

@@ -73,28 +73,6 @@ def couponctl_apply(doc: Mapping[str, Any], workdir: Path, env: Mapping[str, str
     return proc.stdout.strip()
 
 
-async def create_topic(bootstrap: str, name: str, partitions: int = 6) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        await admin.close()
-
-
-async def delete_topic(bootstrap: str, name: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.delete_topics([name])
-    finally:
-        await admin.close()
-
-
 class PipelineWatch:
     """Samples (wall time, Redis issued counter, MySQL rows) of one event in the background."""
 

@@ -15,12 +15,11 @@ import argparse
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from flashcoupon_loadtest import driver
-from flashcoupon_loadtest.localrun import free_port, wait_ready
+from flashcoupon_loadtest.localrun import free_port, uvicorn_command, wait_ready
 from flashcoupon_loadtest.scenarios import GetLoop
 from flashcoupon_loadtest.stats import latency_summary
 
@@ -29,23 +28,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 def start_hello(port: int) -> subprocess.Popen[bytes]:
     """The hello-world target: same server settings as our services (uvloop, httptools)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "flashcoupon_loadtest.hello:app",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-        "--no-access-log",
-        "--log-level",
-        "warning",
-    ]
+    cmd = uvicorn_command("flashcoupon_loadtest.hello:app", port)
     return subprocess.Popen(cmd)
 
 
