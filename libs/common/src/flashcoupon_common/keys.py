@@ -7,6 +7,8 @@ slot and runs on one cluster node. The issuer owns the full layout of an event's
 
 from __future__ import annotations
 
+import functools
+
 # A SET of event ids that have runtime state in Redis; relays discover outbox streams here.
 # Not hash-tagged: it is read rarely and lives wherever its own slot is.
 EVENTS_REGISTRY = "flashcoupon:events"
@@ -46,8 +48,9 @@ def users_key(event_id: str) -> str:
     return event_tag(event_id) + ":users"
 
 
+@functools.lru_cache(maxsize=10_000)
 def issue_keys(event_id: str) -> tuple[str, str, str, str]:
-    """KEYS of issue.lua, in order."""
+    """KEYS of issue.lua, in order (cached: the issuer asks for them on every request)."""
     return config_key(event_id), stock_key(event_id), users_key(event_id), outbox_key(event_id)
 
 

@@ -39,15 +39,8 @@ logger = logging.getLogger(__name__)
 def batched_call(batcher: ScriptBatcher) -> ScriptCall:
     # The lifespan initializes the cluster client before serving, so `submit` may be used: the
     # reply's future is awaited by IssueService directly (a coroutine frame less per request).
-    event_keys: dict[str, tuple[str, str, str, str]] = {}
-
     def call(event_id: str, user: str, rid: str, tp: str) -> Awaitable[Any]:
-        k = event_keys.get(event_id)
-        if k is None:
-            if len(event_keys) > 10_000:
-                event_keys.clear()
-            k = event_keys[event_id] = keys.issue_keys(event_id)
-        return batcher.submit(ISSUE, k, (user, rid, tp))
+        return batcher.submit(ISSUE, keys.issue_keys(event_id), (user, rid, tp))
 
     return call
 
