@@ -2,9 +2,10 @@
 
 Measured on the development machine, Starlette's routing, exception middleware and RED
 middleware cost ~60 µs per request over a bare ASGI callable — a sixth of the gateway's CPU
-per forwarded issue. This middleware sits first in the stack, recognises the issue route by
-one regex, and calls the same handler (`routes.issue`), translating errors the way the
-exception handlers do and recording the same RED metrics under the same route template.
+per forwarded issue. This ASGI wrapper sits outside the Starlette app (create_app returns
+it), recognises the issue route by one regex, and calls the same handler (`routes.issue`),
+translating errors the way the exception handlers do and recording the same RED metrics
+under the same route template.
 Every other request passes through to the full Starlette stack unchanged.
 """
 
