@@ -46,8 +46,8 @@ APPS = {
     ),
     "flashcoupon-issuer": ("flashcoupon_issuer.settings:IssuerSettings", "flashcoupon_issuer.app"),
     "flashcoupon-relay": (
-        "flashcoupon_issuer.relay_settings:RelaySettings",
-        "flashcoupon_issuer.relay_main",
+        "flashcoupon_relay.settings:RelaySettings",
+        "flashcoupon_relay.app",
     ),
     "flashcoupon-persister": (
         "flashcoupon_persister.settings:PersisterSettings",

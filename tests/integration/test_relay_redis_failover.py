@@ -16,7 +16,7 @@ from flashcoupon_common import keys
 from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
-from flashcoupon_issuer.relay import Relay
+from flashcoupon_relay.relay import Relay
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 

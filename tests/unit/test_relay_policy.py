@@ -8,7 +8,7 @@ from aiokafka import errors as kafka_errors
 from aiokafka.partitioner import DefaultPartitioner
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import SettingsError
-from flashcoupon_issuer.relay_policy import (
+from flashcoupon_relay.policy import (
     MAX_RECORD_BYTES,
     Outgoing,
     backoff_delay,
@@ -20,7 +20,7 @@ from flashcoupon_issuer.relay_policy import (
     should_retire,
     split_results,
 )
-from flashcoupon_issuer.relay_settings import RelaySettings
+from flashcoupon_relay.settings import RelaySettings
 
 
 def coupon(i: int, user: str = "u1") -> CouponIssued:

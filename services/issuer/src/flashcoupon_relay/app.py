@@ -1,4 +1,4 @@
-"""`flashcoupon-relay`: the outbox relay process (several may run; they share a consumer group).
+"""The relay process's composition root: the relay with its health and metrics routes.
 
 It serves /healthz, /readyz (Redis and Kafka reachable) and /metrics on its port (8084) and
 relays in the background. SIGTERM (handled by uvicorn) runs the lifespan's shutdown: the relay
@@ -7,25 +7,22 @@ finishes its in-flight batches, flushes and stops the producer, then the process
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import os
 import signal
+import threading
 from collections.abc import AsyncIterator
 
-import uvicorn
 from flashcoupon_common.http import exception_handlers, health_routes
-from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.redis_cluster import create_redis_cluster
-from flashcoupon_common.settings import SettingsError
 from redis.asyncio.cluster import RedisCluster
 from starlette.applications import Starlette
 
-from flashcoupon_issuer.relay import Relay
-from flashcoupon_issuer.relay_producer import ProducerFactory
-from flashcoupon_issuer.relay_settings import PREFIX, RelaySettings
+from flashcoupon_relay.producer import ProducerFactory
+from flashcoupon_relay.relay import Relay
+from flashcoupon_relay.settings import RelaySettings
 
 logger = logging.getLogger(__name__)
 
@@ -65,33 +62,13 @@ def create_app(
 
 def _exit_if_died(task: asyncio.Task[None]) -> None:
     # run() only returns after stop(); an exception means a bug. A process that answers
-    # /healthz without relaying would hide it, so ask uvicorn to shut down (and exit 1 below).
+    # /healthz without relaying would hide it, so ask uvicorn to shut down (the process then
+    # exits 1: see __main__).
     if not task.cancelled() and task.exception() is not None:
         logger.critical("relay loop died: %r", task.exception())
-        global _died
-        _died = True
+        died.set()
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-_died = False
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="flashcoupon-relay", description=__doc__)
-    parser.add_argument("--host", default=None, help=f"bind address ({PREFIX}HOST)")
-    parser.add_argument("--port", type=int, default=None, help=f"metrics port ({PREFIX}PORT)")
-    args = parser.parse_args(argv)
-    configure_logging("relay", os.environ.get(PREFIX + "LOG_LEVEL", "INFO"))
-    try:
-        settings = RelaySettings.from_env()
-    except SettingsError as exc:
-        logger.critical("bad configuration: %s", exc)
-        return 2
-    host = args.host or settings.host
-    port = args.port or settings.port
-    uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)
-    return 1 if _died else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+# Set when the relay loop died (read by __main__ for the exit status).
+died = threading.Event()

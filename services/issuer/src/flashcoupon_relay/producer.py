@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
 
-from flashcoupon_issuer.relay_metrics import RelayMetrics
-from flashcoupon_issuer.relay_settings import RelaySettings
+from flashcoupon_relay.metrics import RelayMetrics
+from flashcoupon_relay.settings import RelaySettings
 
 logger = logging.getLogger(__name__)
 
