@@ -35,7 +35,7 @@ from flashcoupon_common.kafka_admin import committed_offsets, create_topics, del
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings
 from flashcoupon_persister import metrics
-from flashcoupon_persister.service import running
+from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.settings import PersisterSettings
 from flashcoupon_persister.writer import INSERT_SQL, to_row
 from sqlalchemy import text

@@ -18,8 +18,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
+from .bootstrap import running
 from .consumer import PersistLoop
-from .service import running
 from .settings import PersisterSettings
 
 
