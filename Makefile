@@ -7,6 +7,9 @@ SHELL := bash
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 RUN := $(UV) run --frozen
 STACK := scripts/stack.sh
+# Services, tools and tests started from here may default their connection settings to the
+# local stack (scripts/stack.sh); in production each must be set (docs/local-stack.md).
+export FLASHCOUPON_ENV ?= local
 
 .PHONY: help install tools stack-up stack-status stack-down stack-reset migrate test test-unit lint fmt demo \
         bench bench-issuer bench-persister bench-gateway

@@ -9,12 +9,14 @@ from flashcoupon_gateway.app import create_app
 from flashcoupon_gateway.openapi import OPENAPI
 from flashcoupon_gateway.settings import GatewaySettings
 
+from tests.support.env import LOCAL
+
 DOC = Path(__file__).parents[2] / "docs" / "openapi.json"
 
 
 def test_every_route_is_documented_with_its_methods() -> None:
     settings = GatewaySettings.from_env(
-        {"FLASHCOUPON_GATEWAY_JWT_SECRET": "u" * 8 + "0123456789abcdefghijklmnopqrstuv"}
+        {**LOCAL, "FLASHCOUPON_GATEWAY_JWT_SECRET": "u" * 8 + "0123456789abcdefghijklmnopqrstuv"}
     )
     app = create_app(settings).app  # the Starlette app behind the issue fast path
     for route in app.routes:

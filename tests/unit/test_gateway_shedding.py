@@ -10,8 +10,10 @@ from flashcoupon_gateway.service import Gateway, client_ip, upstream_headers
 from flashcoupon_gateway.settings import GatewaySettings
 from starlette.requests import Request
 
+from tests.support.env import LOCAL
+
 SETTINGS = GatewaySettings.from_env(
-    {"FLASHCOUPON_GATEWAY_JWT_SECRET": "unit-test-secret-0123456789-abcdefghijklmnop"}
+    {**LOCAL, "FLASHCOUPON_GATEWAY_JWT_SECRET": "unit-test-secret-0123456789-abcdefghijklmnop"}
 )
 
 

@@ -22,6 +22,8 @@ from flashcoupon_relay.policy import (
 )
 from flashcoupon_relay.settings import RelaySettings
 
+from tests.support.env import LOCAL
+
 
 def coupon(i: int, user: str = "u1") -> CouponIssued:
     return CouponIssued(
@@ -176,6 +178,7 @@ def test_entry_age_from_stream_id() -> None:
 
 def test_settings_from_env_and_validation() -> None:
     env = {
+        **LOCAL,
         "FLASHCOUPON_RELAY_TOPIC": "x",
         "FLASHCOUPON_RELAY_BATCH_SIZE": "50",
         "FLASHCOUPON_RELAY_EVENTS": "a, b,",
@@ -189,10 +192,10 @@ def test_settings_from_env_and_validation() -> None:
         "r1",
         8084,
     )
-    assert RelaySettings.from_env({}).consumer  # hostname-pid by default
+    assert RelaySettings.from_env(LOCAL).consumer  # hostname-pid by default
     with pytest.raises(SettingsError, match="FLASHCOUPON_RELAY_BATCH_SIZE"):
-        RelaySettings.from_env({"FLASHCOUPON_RELAY_BATCH_SIZE": "0"})
+        RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_BATCH_SIZE": "0"})
     with pytest.raises(SettingsError, match="BLOCK_MS"):
-        RelaySettings.from_env({"FLASHCOUPON_RELAY_BLOCK_MS": "6000"})
+        RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_BLOCK_MS": "6000"})
     with pytest.raises(SettingsError, match="CLAIM_IDLE_MS must be an integer"):
-        RelaySettings.from_env({"FLASHCOUPON_RELAY_CLAIM_IDLE_MS": "soon"})
+        RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_CLAIM_IDLE_MS": "soon"})

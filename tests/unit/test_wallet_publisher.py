@@ -15,6 +15,8 @@ from flashcoupon_persister.wallet.redemption import Redemption, redeemed_event
 from flashcoupon_persister.wallet.settings import WalletSettings
 from sqlalchemy.exc import OperationalError
 
+from tests.support.env import LOCAL
+
 
 def entry(i: int) -> OutboxEntry:
     return OutboxEntry(id=i, key=b"alice", payload=b"{}")
@@ -65,9 +67,9 @@ def test_redeemed_event_carries_the_redemption_in_milliseconds() -> None:
 
 
 def test_publish_settings_are_validated_and_named() -> None:
-    s = WalletSettings.from_env({"FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0.5"})
+    s = WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0.5"})
     assert (s.publish_batch, s.publish_poll_seconds) == (500, 0.5)
     with pytest.raises(SettingsError, match="FLASHCOUPON_WALLET_PUBLISH_BATCH"):
-        WalletSettings.from_env({"FLASHCOUPON_WALLET_PUBLISH_BATCH": "0"})
+        WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PUBLISH_BATCH": "0"})
     with pytest.raises(SettingsError, match="FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS"):
-        WalletSettings.from_env({"FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0"})
+        WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0"})

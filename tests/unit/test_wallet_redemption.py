@@ -21,6 +21,8 @@ from flashcoupon_persister.wallet.redemption import (
 )
 from flashcoupon_persister.wallet.settings import WalletSettings
 
+from tests.support.env import LOCAL
+
 NOW = datetime(2026, 11, 27, 5, 0, 0, 123456, tzinfo=UTC)
 
 
@@ -151,9 +153,9 @@ def test_iso_utc_treats_naive_as_utc() -> None:
 
 
 def test_settings_from_env_validate_and_name_the_variable() -> None:
-    s = WalletSettings.from_env({"FLASHCOUPON_WALLET_PORT": "9999"})
+    s = WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PORT": "9999"})
     assert s.port == 9999 and s.redeemed_topic == "coupon-redeemed"
     with pytest.raises(SettingsError, match="FLASHCOUPON_WALLET_PORT"):
-        WalletSettings.from_env({"FLASHCOUPON_WALLET_PORT": "x"})
+        WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PORT": "x"})
     with pytest.raises(SettingsError, match="FLASHCOUPON_WALLET_DB_POOL_SIZE"):
-        WalletSettings.from_env({"FLASHCOUPON_WALLET_DB_POOL_SIZE": "0"})
+        WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_DB_POOL_SIZE": "0"})

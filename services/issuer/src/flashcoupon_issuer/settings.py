@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from flashcoupon_common.settings import (
     RedisSettings,
@@ -23,7 +23,7 @@ PREFIX = "FLASHCOUPON_ISSUER_"
 
 @dataclass(frozen=True)
 class IssuerSettings:
-    redis: RedisSettings = field(default_factory=lambda: RedisSettings.from_env({}))
+    redis: RedisSettings
     host: str = "127.0.0.1"
     port: int = 8081
     # none: answer after the script ran on the master; replica: also WAIT for one replica
