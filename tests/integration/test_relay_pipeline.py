@@ -411,12 +411,15 @@ def test_app_serves_readiness_and_metrics_while_relaying(stack, request) -> None
 
 async def test_producer_is_rebuilt_once_per_generation_after_a_fatal_error(stack) -> None:
     from aiokafka.errors import OutOfOrderSequenceNumber
+    from flashcoupon_common.kafka_producer import ProducerHolder
     from flashcoupon_relay.metrics import RelayMetrics
-    from flashcoupon_relay.producer import ProducerHolder, default_producer_factory
+    from flashcoupon_relay.producer import relay_producer_factory
 
     settings = relay_settings(stack.env(), "unused", random_name("t-relay"))
     metrics = RelayMetrics()
-    holder = ProducerHolder(default_producer_factory(settings), metrics)
+    holder = ProducerHolder(
+        relay_producer_factory(settings), on_recreate=metrics.producer_recreations.inc
+    )
     try:
         first, gen = await holder.get()
         assert first._txn_manager is not None and first._sender._acks == -1  # idempotent, all

@@ -8,7 +8,7 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, SettingsError
-from flashcoupon_persister.consumer import STALL_GRACE_S, backoff_delay, decode_all, is_stalled
+from flashcoupon_persister.consumer import STALL_GRACE_S, decode_all, is_stalled
 from flashcoupon_persister.dlq import DeadLetter, dlq_headers
 from flashcoupon_persister.settings import PersisterSettings
 from flashcoupon_persister.writer import judge, to_row, utc_text
@@ -60,13 +60,6 @@ def test_row_timestamps_are_naive_utc_with_milliseconds() -> None:
     for bad in (-1, 253_402_300_800_000):
         with pytest.raises(ValueError, match="outside"):
             utc_text(bad)
-
-
-def test_backoff_grows_and_is_capped() -> None:
-    delays = [backoff_delay(n, 0.2, 5.0, jitter=0.0) for n in range(1, 10)]
-    assert delays[:4] == [0.2, 0.4, 0.8, 1.6]
-    assert max(delays) == 5.0
-    assert all(0.8 * 5.0 <= backoff_delay(20, 0.2, 5.0) <= 5.0 for _ in range(50))
 
 
 def _record(offset: int, value: bytes | None, headers: tuple = ()) -> ConsumerRecord:

@@ -11,7 +11,6 @@ from flashcoupon_common.settings import SettingsError
 from flashcoupon_relay.policy import (
     MAX_RECORD_BYTES,
     Outgoing,
-    backoff_delay,
     by_partition,
     consumers_to_forget,
     entry_age_seconds,
@@ -142,16 +141,6 @@ def test_split_results_acks_only_what_kafka_acknowledged() -> None:
 )
 def test_which_errors_rebuild_the_producer(exc: BaseException, rebuild: bool) -> None:
     assert needs_new_producer(exc) is rebuild
-
-
-def test_backoff_grows_is_capped_and_never_zero() -> None:
-    lo = [backoff_delay(a, base=0.1, cap=5, rand=lambda: 0.0) for a in range(12)]
-    hi = [backoff_delay(a, base=0.1, cap=5, rand=lambda: 1.0) for a in range(12)]
-    assert lo[0] == pytest.approx(0.05) and hi[0] == pytest.approx(0.1)
-    assert hi[3] == pytest.approx(0.8)
-    assert max(hi) == pytest.approx(5) and max(lo) == pytest.approx(2.5)
-    assert hi == sorted(hi)
-    assert backoff_delay(10_000, base=0.1, cap=5, rand=lambda: 1.0) == pytest.approx(5)
 
 
 def test_retire_only_when_unregistered_and_drained() -> None:

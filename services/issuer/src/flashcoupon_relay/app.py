@@ -16,11 +16,11 @@ import threading
 from collections.abc import AsyncIterator
 
 from flashcoupon_common.http import exception_handlers, health_routes
+from flashcoupon_common.kafka_producer import ProducerFactory
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from redis.asyncio.cluster import RedisCluster
 from starlette.applications import Starlette
 
-from flashcoupon_relay.producer import ProducerFactory
 from flashcoupon_relay.relay import Relay
 from flashcoupon_relay.settings import RelaySettings
 

@@ -16,18 +16,18 @@ from typing import Any
 
 from aiokafka.partitioner import DefaultPartitioner
 from flashcoupon_common import keys
+from flashcoupon_common.backoff import backoff_delay
+from flashcoupon_common.kafka_producer import ProducerHolder
 from redis.asyncio.cluster import RedisCluster
 
 from flashcoupon_relay.metrics import RelayMetrics
 from flashcoupon_relay.policy import (
     Outgoing,
-    backoff_delay,
     by_partition,
     needs_new_producer,
     plan_batch,
     split_results,
 )
-from flashcoupon_relay.producer import ProducerHolder
 from flashcoupon_relay.settings import RelaySettings
 from flashcoupon_relay.shutdown import Shutdown
 

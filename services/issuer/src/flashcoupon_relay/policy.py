@@ -10,7 +10,6 @@ the persister is idempotent; loss is not).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,18 +184,6 @@ def needs_new_producer(exc: BaseException) -> bool:
     if isinstance(exc, kafka_errors.KafkaError):
         return not exc.retriable
     return True
-
-
-def backoff_delay(
-    attempt: int, *, base: float, cap: float, rand: Callable[[], float] = random.random
-) -> float:
-    """Capped exponential backoff with jitter: in [d/2, d], d = min(cap, base * 2**attempt).
-
-    Half fixed, half random: relays that failed together do not retry in lockstep, and none
-    retries in a hot loop.
-    """
-    ceiling = min(cap, base * (2 ** min(attempt, 30)))
-    return ceiling / 2 + rand() * ceiling / 2
 
 
 def should_retire(in_registry: bool, length: int, pending: int) -> bool:

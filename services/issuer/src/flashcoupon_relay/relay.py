@@ -13,13 +13,14 @@ import logging
 import time
 
 from flashcoupon_common import keys
+from flashcoupon_common.kafka_producer import ProducerFactory, ProducerHolder
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from flashcoupon_relay.delivery import GROUP, Delivery
 from flashcoupon_relay.metrics import RelayMetrics
 from flashcoupon_relay.policy import entry_age_seconds
-from flashcoupon_relay.producer import ProducerFactory, ProducerHolder, default_producer_factory
+from flashcoupon_relay.producer import relay_producer_factory
 from flashcoupon_relay.settings import RelaySettings
 from flashcoupon_relay.shutdown import Shutdown
 from flashcoupon_relay.stream import OutboxStream, text
@@ -40,7 +41,8 @@ class Relay:
         self.metrics = metrics or RelayMetrics()
         self._redis = redis
         self._producer = ProducerHolder(
-            producer_factory or default_producer_factory(settings), self.metrics
+            producer_factory or relay_producer_factory(settings),
+            on_recreate=self.metrics.producer_recreations.inc,
         )
         self._shutdown = Shutdown()
         self._delivery = Delivery(settings, redis, self._producer, self.metrics, self._shutdown)

@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable
 
 from flashcoupon_common import keys
+from flashcoupon_common.backoff import backoff_delay
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from flashcoupon_relay.delivery import GROUP, Delivery
 from flashcoupon_relay.metrics import RelayMetrics
-from flashcoupon_relay.policy import backoff_delay, consumers_to_forget, should_retire
+from flashcoupon_relay.policy import consumers_to_forget, should_retire
 from flashcoupon_relay.settings import RelaySettings
 from flashcoupon_relay.shutdown import Shutdown
 

@@ -10,8 +10,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from flashcoupon_common.db.engine import create_engine
+from flashcoupon_common.kafka_producer import ProducerFactory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .consumer import PersistLoop
@@ -39,7 +40,7 @@ async def running(
     *,
     engine: AsyncEngine | None = None,
     consumer: AIOKafkaConsumer | None = None,
-    producer: AIOKafkaProducer | None = None,
+    producer_factory: ProducerFactory | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
 ) -> AsyncIterator[PersistLoop]:
     """Start the persister; on exit finish the batch, commit, and leave the group."""
@@ -56,7 +57,10 @@ async def running(
     if consumer is None:
         consumer = create_consumer(settings)
     dead_letters = DeadLetters(
-        settings.kafka.bootstrap, settings.dlq_topic, settings.group_id, producer=producer
+        settings.kafka.bootstrap,
+        settings.dlq_topic,
+        settings.group_id,
+        producer_factory=producer_factory,
     )
     loop = PersistLoop(
         settings, consumer, BatchWriter(engine, timeout_s=settings.db_write_timeout_s), dead_letters
