@@ -215,6 +215,7 @@ async def test_each_answer_has_its_status_and_code(stack, redis_cluster, events)
         assert r.json() | {"startAt": None, "endAt": None} == {
             "eventId": tiny,
             "phase": "SoldOut",
+            "paused": False,
             "startAt": None,
             "endAt": None,
             "quantity": 1,

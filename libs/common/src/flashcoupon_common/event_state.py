@@ -10,7 +10,6 @@ docs/redis-layout.md.
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,8 +23,8 @@ from flashcoupon_common.coupon_math import code_prefix, phase, tier_caps
 from flashcoupon_common.event_spec import EventSpec
 from flashcoupon_common.lua import PROVISION
 from flashcoupon_common.messages import CouponIssued, Discount
+from flashcoupon_common.validation import EVENT_ID
 
-EVENT_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _RETRIES = 20
 
 
@@ -51,13 +50,12 @@ class EventState:
         return max(0, self.quantity - self.issued)
 
     def phase(self, now: datetime | None = None) -> str:
-        """Ready | Active | SoldOut | Ended | Paused at `now` (default: this machine's clock)."""
+        """Ready | Active | SoldOut | Ended at `now` (default: this machine's clock)."""
         now_ms = to_ms(now) if now is not None else int(time.time() * 1000)
         return phase(
             now_ms,
             start_ms=to_ms(self.start_at),
             end_ms=to_ms(self.end_at),
-            paused=self.paused,
             remaining=self.remaining,
         )
 
@@ -71,10 +69,8 @@ def from_ms(ms: int) -> datetime:
 
 
 def validate_event_id(event_id: str) -> None:
-    if not EVENT_ID_RE.match(event_id):
-        raise ProvisionError(
-            f"event id {event_id!r} must be a DNS-1123 label (lowercase a-z, 0-9, '-', max 63)"
-        )
+    if not EVENT_ID.ok(event_id):
+        raise ProvisionError(f"event id {event_id!r} must be {EVENT_ID.rule}")
 
 
 def validate_spec(spec: EventSpec) -> None:

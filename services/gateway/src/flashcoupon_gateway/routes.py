@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 
 import orjson
+from flashcoupon_common import validation
 from flashcoupon_common.http import JSONResponse, ProblemError, json_body
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -86,12 +87,13 @@ async def event_state(request: Request) -> Response:
 async def my_coupons(request: Request) -> Response:
     g = gw(request)
     principal = await g.principal(request)
+    limit = validation.limit(request.query_params.get("limit"))
     checks = g.client_checks(request, g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = upstream_headers(request, principal.user_id)
     async with g.slot():
         up = g.upstream.acquire_wallet()
-        answer = await g.upstream.call(up, "GET", "/v1/me/coupons", headers)
+        answer = await g.upstream.call(up, "GET", f"/v1/me/coupons?limit={limit}", headers)
     return relay(answer, rate_headers(outcomes))
 
 
@@ -100,11 +102,9 @@ async def redeem(request: Request) -> Response:
     principal = await g.principal(request)
     code = checked_code(request.path_params["code"])
     body = await json_body(request, max_bytes=g.settings.max_body_bytes)
-    if not isinstance(body.get("orderId"), str) or not body["orderId"]:
-        raise ProblemError(400, "BAD_REQUEST", "orderId must be a non-empty string")
-    amount = body.get("orderAmount")
-    if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
-        raise ProblemError(400, "BAD_REQUEST", "orderAmount must be a non-negative number")
+    # The wallet checks the same rules; checking here too keeps bad input off the upstream.
+    validation.order_id(body)
+    validation.order_amount(body)
     checks = g.client_checks(request, g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = {**upstream_headers(request, principal.user_id), "Content-Type": "application/json"}

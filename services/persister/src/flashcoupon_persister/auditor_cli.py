@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 from aiokafka.errors import KafkaError
-from flashcoupon_common import event_state, keys, topics
+from flashcoupon_common import event_state, keys, topics, validation
 from flashcoupon_common.db.engine import create_engine
 from flashcoupon_common.kafka_producer import ProducerHolder, idempotent_producer_factory
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -64,7 +64,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.examples < 0 or args.settle_seconds < 0:
         p.error("--examples and --settle-seconds must not be negative")
     for event_id in args.event or ():
-        if not event_state.EVENT_ID_RE.match(event_id):
+        if not validation.EVENT_ID.ok(event_id):
             p.error(f"--event {event_id!r} is not a valid event id (DNS-1123 label)")
     return args
 

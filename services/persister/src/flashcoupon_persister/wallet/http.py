@@ -7,9 +7,9 @@ client sends); the wallet is not exposed outside the cluster.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
+from flashcoupon_common import validation
 from flashcoupon_common.http import JSONResponse, ProblemError, json_body, problem
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,9 +18,7 @@ from starlette.routing import Route
 from flashcoupon_persister.wallet import store
 from flashcoupon_persister.wallet.publisher import RedeemedPublisher
 from flashcoupon_persister.wallet.redemption import (
-    MAX_CODE,
     MAX_USER_ID,
-    CouponNotFound,
     CouponRow,
     RedemptionError,
     display_status,
@@ -32,16 +30,16 @@ from flashcoupon_persister.wallet.settings import WalletSettings
 logger = logging.getLogger(__name__)
 
 USER_HEADER = "X-Flashcoupon-User"
-EVENT_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")  # DNS-1123 label
-DEFAULT_LIMIT, MAX_LIMIT = 100, 500
 
 
 def user_id(request: Request) -> str:
     user = request.headers.get(USER_HEADER, "")
     if not user:
         raise ProblemError(401, "UNAUTHORIZED", f"missing {USER_HEADER} (set by the gateway)")
-    if len(user) > MAX_USER_ID:
-        raise ProblemError(400, "INVALID_USER", f"user id longer than {MAX_USER_ID} characters")
+    if len(user) > MAX_USER_ID or not user.isprintable():
+        raise ProblemError(
+            400, "INVALID_USER", f"{USER_HEADER} must be printable, max {MAX_USER_ID} chars"
+        )
     return user
 
 
@@ -66,17 +64,13 @@ def coupon_json(row: CouponRow) -> dict[str, Any]:
 
 async def my_coupons(request: Request) -> Response:
     user = user_id(request)
-    raw = request.query_params.get("limit", str(DEFAULT_LIMIT))
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise ProblemError(400, "INVALID_LIMIT", f"limit must be an integer 1..{MAX_LIMIT}")
-    rows = await store.list_user_coupons(request.state.engine, user, int(raw))
+    limit = validation.limit(request.query_params.get("limit"))
+    rows = await store.list_user_coupons(request.state.engine, user, limit)
     return JSONResponse({"userId": user, "coupons": [coupon_json(r) for r in rows]})
 
 
 async def persisted(request: Request) -> Response:
-    event_id = request.path_params["eventId"]
-    if not EVENT_ID.match(event_id):
-        raise ProblemError(400, "INVALID_EVENT_ID", "eventId must be a DNS-1123 label")
+    event_id = validation.event_id(request.path_params["eventId"])
     known, count, redeemed = await store.event_counts(request.state.engine, event_id)
     if not known:
         raise ProblemError(404, "EVENT_NOT_FOUND", f"no event {event_id} in MySQL")
@@ -85,11 +79,9 @@ async def persisted(request: Request) -> Response:
 
 async def redeem(request: Request) -> Response:
     user = user_id(request)
-    code = request.path_params["code"]
+    code = validation.coupon_code(request.path_params["code"])
     settings: WalletSettings = request.state.settings
     req = parse_request(await json_body(request, max_bytes=settings.max_body_bytes))
-    if len(code) > MAX_CODE:
-        raise CouponNotFound("no coupon has this code")
     result, fresh = await store.redeem(request.state.engine, user, code, req)
     if not fresh:
         return JSONResponse(result.to_json(), headers={"Idempotent-Replayed": "true"})

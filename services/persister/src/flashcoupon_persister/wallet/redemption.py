@@ -8,34 +8,25 @@ the stored result again with 200, so a client that retries after a lost response
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from flashcoupon_common import validation
 from flashcoupon_common.messages import CouponRedeemed, Discount
 
-MAX_ORDER_ID = 64  # user_coupons.order_id is VARCHAR(64)
-# Amounts are minor currency units; cap at the largest integer JSON clients represent exactly.
-MAX_ORDER_AMOUNT = 2**53 - 1
-MAX_CODE = 32  # user_coupons.code is VARCHAR(32)
 MAX_USER_ID = 128  # user_coupons.user_id is VARCHAR(128)
 
 
 class RedemptionError(Exception):
     """A redemption refused for a reason the shopper can act on; `code` is stable."""
 
-    status = 400
-    code = "BAD_REQUEST"
+    status: int
+    code: str
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
-
-
-class InvalidRequest(RedemptionError):
-    status = 422
-    code = "INVALID_REQUEST"
 
 
 class CouponNotFound(RedemptionError):
@@ -117,28 +108,11 @@ class Redemption:
         }
 
 
-def parse_request(body: Mapping[str, Any]) -> RedeemRequest:
-    """Validate a redeem body; the error names the field and what is wrong with it."""
-    order_id = body.get("orderId")
-    if order_id is None:
-        raise InvalidRequest("orderId is required")
-    if not isinstance(order_id, str):
-        raise InvalidRequest("orderId must be a string")
-    if not order_id.strip():
-        raise InvalidRequest("orderId must not be empty")
-    if len(order_id) > MAX_ORDER_ID:
-        raise InvalidRequest(f"orderId must be at most {MAX_ORDER_ID} characters")
-    amount = body.get("orderAmount")
-    if amount is None:
-        raise InvalidRequest("orderAmount is required")
-    # bool is an int subclass in Python: `true` must not pass as 1.
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        raise InvalidRequest("orderAmount must be an integer (minor currency units)")
-    if amount <= 0:
-        raise InvalidRequest("orderAmount must be positive")
-    if amount > MAX_ORDER_AMOUNT:
-        raise InvalidRequest(f"orderAmount must be at most {MAX_ORDER_AMOUNT}")
-    return RedeemRequest(order_id=order_id, order_amount=amount)
+def parse_request(body: dict[str, Any]) -> RedeemRequest:
+    """Validate a redeem body with the rules the gateway also applies (422 INVALID_REQUEST)."""
+    return RedeemRequest(
+        order_id=validation.order_id(body), order_amount=validation.order_amount(body)
+    )
 
 
 def check_redeemable(row: CouponRow | None, user_id: str) -> CouponRow:
