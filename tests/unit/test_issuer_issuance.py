@@ -81,3 +81,48 @@ def test_iso_timestamps_are_utc_with_milliseconds() -> None:
     assert iso(0) == "1970-01-01T00:00:00.000Z"
     assert iso(1_795_435_530_005) == "2026-11-23T12:05:30.005Z"
     assert iso(1_795_435_530_999) == "2026-11-23T12:05:30.999Z"
+
+
+def _fixed_script(reply: list[Any]) -> Any:
+    async def script(*args: str) -> list[Any]:
+        return reply
+
+    return script
+
+
+def test_only_a_real_sell_out_is_learned() -> None:
+    """issue.lua answers PAUSED and NOT_FOUND with a 0 where ISSUED/SOLD_OUT put `remaining`:
+    that 0 says nothing about stock (issue 10, item 2)."""
+    from flashcoupon_issuer.issuance import proves_sold_out
+
+    assert proves_sold_out(parse_reply([b"SOLD_OUT", 0, 0, 0]))
+    assert proves_sold_out(parse_reply([b"ISSUED", 0, 0, 1, *COUPON]))
+    assert not proves_sold_out(parse_reply([b"ISSUED", 3, 0, 1, *COUPON]))
+    assert not proves_sold_out(parse_reply([b"ISSUED", -1, 1, 1, *COUPON]))  # a replay
+    for reply in ([b"PAUSED", 0, 0, 0], [b"NOT_FOUND", 0, 0, 0], [b"DUPLICATE", -1, 0, 0]):
+        outcome = parse_reply(reply)
+        assert not proves_sold_out(outcome), reply
+        assert outcome.remaining is None, reply  # no stock gauge for these either
+
+
+def test_paused_and_unknown_events_are_not_remembered_as_sold_out() -> None:
+    async def scenario() -> None:
+        for status in (b"PAUSED", b"NOT_FOUND"):
+            cache = SoldOutCache(ttl=60)
+            service = IssueService(_fixed_script([status, 0, 0, 0]), cache)
+            for i in range(3):
+                assert (await service.issue("ev", f"u{i}", "r", "", keyed=False)).status == (
+                    status.decode()
+                )
+            assert not cache.known("ev") and len(cache) == 0
+
+    asyncio.run(scenario())
+
+
+def test_sold_out_cache_is_bounded_by_live_flags() -> None:
+    cache = SoldOutCache(ttl=0.01)
+    for i in range(5000):
+        cache.learn(f"e{i}")
+    time.sleep(0.02)
+    cache.learn("last")
+    assert len(cache) <= SoldOutCache.PRUNE_AT + 1

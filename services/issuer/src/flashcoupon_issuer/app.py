@@ -2,8 +2,9 @@
 
 Besides HTTP, the lifespan runs one pub/sub listener: issue.lua publishes on SOLD_OUT_CHANNEL
 when an event's last coupon goes (every issuer learns it at once) and provisioning publishes on
-SUPPLY_CHANNEL (every issuer forgets a sold-out flag when supply was raised). If the listener is
-down, the flag's TTL still bounds how stale it can be.
+SUPPLY_CHANNEL (every issuer forgets a sold-out flag when supply was raised; when the event was
+deleted, also its metric series). If the listener is down, the flag's TTL still bounds how stale
+it can be.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ def naive_call(redis: RedisCluster) -> ScriptCall:
     return call
 
 
-async def listen_for_supply(redis: RedisCluster, cache: SoldOutCache, stop: asyncio.Event) -> None:
+async def listen_for_supply(
+    redis: RedisCluster, service: IssueService, stop: asyncio.Event
+) -> None:
     """Keep the sold-out flags in step with the channels; reconnect to any node on failure.
 
     Polls with a timeout and checks `stop` rather than relying on cancellation: redis-py's
@@ -75,10 +78,12 @@ async def listen_for_supply(redis: RedisCluster, cache: SoldOutCache, stop: asyn
                 if message is None or message["type"] != "message":
                     continue
                 event_id = message["data"].decode()
-                if message["channel"].decode() == keys.SUPPLY_CHANNEL:
-                    cache.forget(event_id)
+                if message["channel"].decode() != keys.SUPPLY_CHANNEL:
+                    service.sold_out.learn(event_id)
+                elif await redis.exists(keys.config_key(event_id)):
+                    service.sold_out.forget(event_id)
                 else:
-                    cache.learn(event_id)
+                    service.forget_event(event_id)  # deleted
         except Exception as exc:  # noqa: BLE001 - logged; the TTL covers the gap
             logger.warning("supply listener on %s lost: %r; reconnecting", node.name, exc)
             with contextlib.suppress(asyncio.TimeoutError):
@@ -121,7 +126,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         call = batched_call(batcher) if settings.batching else naive_call(client)
         service = IssueService(call, cache)
         stop = asyncio.Event()
-        listener = asyncio.create_task(listen_for_supply(client, cache, stop))
+        listener = asyncio.create_task(listen_for_supply(client, service, stop))
         # Everything built so far lives as long as the process: keep it out of the garbage
         # collector's full collections, which otherwise walk it again and again under load.
         gc.freeze()

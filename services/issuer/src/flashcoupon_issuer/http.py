@@ -184,6 +184,8 @@ class IssueEdge:
         if outcome is not None and outcome.status == "SOLD_OUT":
             body = self._sold_out.get(event_id)
             if body is None:
+                if len(self._sold_out) >= 256:  # only sold-out events, but bounded over time
+                    self._sold_out.clear()
                 body = self._sold_out[event_id] = problem(
                     410, "SOLD_OUT", f"event {event_id} is sold out"
                 ).body

@@ -91,13 +91,34 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
     return Outcome(
         status,
         coupons=tuple(coupons),
-        remaining=second if second >= 0 else None,
+        # Only ISSUED and SOLD_OUT say how much stock is left; PAUSED and NOT_FOUND carry a
+        # placeholder 0 that must not read as "sold out" (issue 10).
+        remaining=second if second >= 0 and status in _STOCK_ANSWERS else None,
         replay=int(reply[2]) == 1,
     )
 
 
+_STOCK_ANSWERS = frozenset({"ISSUED", "SOLD_OUT"})
+
+
+def proves_sold_out(outcome: Outcome) -> bool:
+    """Whether an answer shows the event has no coupon left: a SOLD_OUT reply, or the reply
+    that took the last coupon. Nothing else may set the sold-out flag — a paused or unknown
+    event cached as sold out would turn 423/404 into a false 410."""
+    if outcome.status == "SOLD_OUT":
+        return True
+    return outcome.status in ("ISSUED", "NOT_DURABLE") and outcome.remaining == 0
+
+
 class SoldOutCache:
-    """Events known to be sold out, each for `ttl` seconds after it was last learned."""
+    """Events known to be sold out, each for `ttl` seconds after it was last learned.
+
+    Only events that exist and sold out are learned (`proves_sold_out`, the sold-out channel),
+    and expired flags are pruned once there are more than PRUNE_AT: the size is bounded by the
+    events that sold out within the last `ttl` seconds, not by what URLs shoppers try.
+    """
+
+    PRUNE_AT = 256
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
@@ -113,8 +134,15 @@ class SoldOutCache:
         return False
 
     def learn(self, event_id: str) -> None:
-        if self.ttl > 0:
-            self._until[event_id] = time.monotonic() + self.ttl
+        if self.ttl <= 0:
+            return
+        now = time.monotonic()
+        if len(self._until) >= self.PRUNE_AT:
+            self._until = {e: t for e, t in self._until.items() if t > now}
+        self._until[event_id] = now + self.ttl
+
+    def __len__(self) -> int:
+        return len(self._until)
 
     def forget(self, event_id: str) -> None:
         self._until.pop(event_id, None)
@@ -183,9 +211,16 @@ class IssueService:
             raise
         if keyed and outcome.status == "ISSUED":
             self.replays.put(event_id, user_id, request_id, reply)
-        if outcome.status == "SOLD_OUT" or outcome.remaining == 0:
+        if proves_sold_out(outcome):
             self.sold_out.learn(event_id)
         if outcome.remaining is not None:
             metrics.set_remaining(event_id, outcome.remaining)
+        elif outcome.status == "ENDED":
+            metrics.forget_stock(event_id)  # an ended event's stock is no longer news
         metrics.count_outcome(event_id, outcome.status)
         return outcome
+
+    def forget_event(self, event_id: str) -> None:
+        """The event was deleted: drop its flag and its metric series."""
+        self.sold_out.forget(event_id)
+        metrics.forget_event(event_id)
