@@ -126,3 +126,57 @@ def test_sold_out_cache_is_bounded_by_live_flags() -> None:
     time.sleep(0.02)
     cache.learn("last")
     assert len(cache) <= SoldOutCache.PRUNE_AT + 1
+
+
+def test_call_budget_answers_before_the_caller_gives_up() -> None:
+    from flashcoupon_issuer.issuance import call_budget
+
+    assert call_budget(None, 15.0, 300) == 15.0  # no caller deadline: the issuer's own
+    assert call_budget(2000, 15.0, 300) == 1.7  # the gateway's 2 s, less the margin
+    assert call_budget(60_000, 15.0, 300) == 15.0  # never longer than the issuer's own
+    assert call_budget(100, 15.0, 300) == 0.05  # nearly spent: one attempt still
+
+
+def test_a_shopper_answered_503_learns_the_coupon_after_the_sell_out() -> None:
+    """Issue 10 item 5: the script may have issued although the answer was 503; once the event
+    is known sold out, that shopper's retry must still reach Redis (replay / DUPLICATE)."""
+    replies: list[Any] = [TimeoutError(), [b"SOLD_OUT", 0, 0, 0], [b"DUPLICATE", -1, 0, 1, *COUPON]]
+    calls: list[tuple[Any, ...]] = []
+
+    async def script(*args: Any) -> list[Any]:
+        calls.append(args)
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def scenario() -> None:
+        from flashcoupon_issuer.issuance import IssuerUnavailable
+
+        service = IssueService(script, SoldOutCache(ttl=60))
+        try:
+            await service.issue("ev", "held", "r1", "", keyed=False, budget_ms=2000)
+            raise AssertionError("expected IssuerUnavailable")
+        except IssuerUnavailable:
+            pass
+        assert (await service.issue("ev", "other", "r2", "", keyed=False)).status == "SOLD_OUT"
+        assert service.sold_out.known("ev")
+        # Known sold out: others are answered locally, the 503'd shopper goes to the script.
+        assert (await service.issue("ev", "late", "r3", "", keyed=False)).status == "SOLD_OUT"
+        assert len(calls) == 2
+        again = await service.issue("ev", "held", "r4", "", keyed=False)
+        assert again.status == "DUPLICATE" and again.coupons[0].code == "ABCD0123456789"
+        assert len(calls) == 3
+
+    asyncio.run(scenario())
+
+
+def test_unsettled_is_bounded_and_expires() -> None:
+    from flashcoupon_issuer.issuance import Unsettled
+
+    u = Unsettled(ttl=0.02, capacity=3)
+    for i in range(5):
+        u.add("e", f"u{i}")
+    assert len(u) == 3 and ("e", "u0") not in u and ("e", "u4") in u
+    time.sleep(0.03)
+    assert ("e", "u4") not in u

@@ -40,8 +40,8 @@ logger = logging.getLogger(__name__)
 def batched_call(batcher: ScriptBatcher) -> ScriptCall:
     # The lifespan initializes the cluster client before serving, so `submit` may be used: the
     # reply's future is awaited by IssueService directly (a coroutine frame less per request).
-    def call(event_id: str, user: str, rid: str, tp: str) -> Awaitable[Any]:
-        return batcher.submit(ISSUE, keys.issue_keys(event_id), (user, rid, tp))
+    def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Awaitable[Any]:
+        return batcher.submit(ISSUE, keys.issue_keys(event_id), (user, rid, tp), deadline)
 
     return call
 
@@ -49,8 +49,8 @@ def batched_call(batcher: ScriptBatcher) -> ScriptCall:
 def naive_call(redis: RedisCluster) -> ScriptCall:
     """One EVALSHA round trip per request (the benchmark's baseline)."""
 
-    async def call(event_id: str, user: str, rid: str, tp: str) -> Any:
-        k = keys.issue_keys(event_id)
+    async def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Any:
+        k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
         try:
             return await redis.evalsha(ISSUE.sha, 4, *k, user, rid, tp)
         except NoScriptError:
@@ -124,7 +124,12 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         )
         cache = SoldOutCache(settings.sold_out_ttl_s)
         call = batched_call(batcher) if settings.batching else naive_call(client)
-        service = IssueService(call, cache)
+        service = IssueService(
+            call,
+            cache,
+            retry_deadline_s=settings.retry_deadline_s,
+            deadline_margin_ms=settings.deadline_margin_ms,
+        )
         stop = asyncio.Event()
         listener = asyncio.create_task(listen_for_supply(client, service, stop))
         # Everything built so far lives as long as the process: keep it out of the garbage

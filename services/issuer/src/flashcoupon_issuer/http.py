@@ -32,6 +32,8 @@ ISSUE_SUFFIX = "/issue"
 _PROBLEM = PROBLEM_JSON.encode()
 
 USER_HEADER = "x-flashcoupon-user"
+# Milliseconds the caller (the gateway) will still wait for this answer (docs/issuer.md).
+DEADLINE_HEADER = b"x-flashcoupon-deadline-ms"
 MAX_USER_LEN = 128  # user_coupons.user_id is VARCHAR(128)
 # Request ids live inside the users-hash value, whose separators are ',' and ';'.
 IDEMPOTENCY_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
@@ -159,6 +161,7 @@ class IssueEdge:
 
     async def _issue(self, scope: Scope, receive: Receive, send: Send, event_id: str) -> int:
         user = key = tp = None
+        budget: int | None = None
         for name, value in scope["headers"]:
             if name == b"x-flashcoupon-user":
                 user = value.decode("utf-8", "replace")
@@ -166,6 +169,8 @@ class IssueEdge:
                 key = value.decode("latin-1")
             elif name == b"traceparent":
                 tp = value.decode("latin-1")
+            elif name == DEADLINE_HEADER and value.isdigit() and len(value) < 9:
+                budget = int(value)  # ms the gateway still waits; malformed values are ignored
         response = _check(event_id, user, key)
         if response is not None:
             await response(scope, receive, send)
@@ -176,7 +181,12 @@ class IssueEdge:
             tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
         try:
             outcome = await service.issue(
-                event_id, user, key or os.urandom(10).hex(), tp or "", keyed=key is not None
+                event_id,
+                user,
+                key or os.urandom(10).hex(),
+                tp or "",
+                keyed=key is not None,
+                budget_ms=budget,
             )
         except IssuerUnavailable as exc:
             logger.warning("issue for %s unavailable: %s", event_id, exc)
@@ -207,7 +217,11 @@ class IssueEdge:
             return 201
         if outcome is None:
             response = problem(
-                503, "UNAVAILABLE", "coupon store unreachable; retry", headers={"Retry-After": "1"}
+                503,
+                "UNAVAILABLE",
+                "coupon store unreachable; retry: if a coupon was issued to you, the retry "
+                "returns it",
+                headers={"Retry-After": "1"},
             )
         else:
             response = outcome_response(event_id, user, outcome)

@@ -9,10 +9,18 @@ the keyed coupons it issued recently (`ReplayCache`) and answers those retries f
 that reaches a *different* issuer process after the sell-out is answered SOLD_OUT although the
 shopper holds the coupon (it is in their wallet); a gateway routing by user avoids that
 (docs/issuer.md).
+
+A 503 is indeterminate: the script may have run while its answer was lost (a master dying
+mid-batch), or may still run after the caller's deadline. The contract is "retry; you will learn
+your coupon", so a shopper answered 503 is remembered (`Unsettled`) and their next presses go
+to Redis even after the sell-out: the script answers the replay (same key) or DUPLICATE with the
+code (no key). Each call is bounded by the deadline the gateway sends (`call_budget`), so the
+issuer answers before the gateway stops waiting instead of issuing after a gateway 503.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -27,11 +35,26 @@ from flashcoupon_issuer import metrics
 
 logger = logging.getLogger(__name__)
 
-ScriptCall = Callable[[str, str, str, str], Awaitable[Any]]
+# (event id, user id, request id, traceparent, deadline as time.monotonic() or None) → reply
+ScriptCall = Callable[[str, str, str, str, float | None], Awaitable[Any]]
 
 
 class IssuerUnavailable(Exception):
-    """Redis could not be reached within the retry deadline."""
+    """Redis could not be reached within the call's deadline (the script may still have run)."""
+
+
+def call_budget(budget_ms: int | None, retry_deadline_s: float, margin_ms: int) -> float:
+    """Seconds one issue call may take, retries included.
+
+    `budget_ms` is what the caller (the gateway) will still wait for the answer; the issuer
+    keeps `margin_ms` of it to write the 503 and for the answer to travel back, so the caller
+    hears the issuer's answer instead of timing out on its own while the issuer goes on. Without
+    a budget (a direct call) the issuer's own retry deadline applies. Never below 50 ms: a
+    budget that is nearly spent still gets one attempt.
+    """
+    if budget_ms is None:
+        return retry_deadline_s
+    return max(0.05, min(retry_deadline_s, (budget_ms - margin_ms) / 1000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,18 +196,68 @@ class ReplayCache:
             self._items.popitem(last=False)
 
 
+class Unsettled:
+    """(event, user) pairs answered 503 in the last `ttl` seconds, at most `capacity` of them.
+
+    Their next presses bypass the local sold-out flag: the coupon a 503 may hide must be
+    learned from Redis. Few in number (a failover's worth), so the sold-out storm stays local.
+    """
+
+    def __init__(self, ttl: float = 600.0, capacity: int = 100_000) -> None:
+        self.ttl = ttl
+        self.capacity = capacity
+        self._until: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def add(self, event_id: str, user_id: str) -> None:
+        key = (event_id, user_id)
+        self._until[key] = time.monotonic() + self.ttl
+        self._until.move_to_end(key)
+        if len(self._until) > self.capacity:
+            self._until.popitem(last=False)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        if not self._until:  # the common case: nothing unsettled, no tuple lookups
+            return False
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._until[key]
+        return False
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+
 class IssueService:
     def __init__(
-        self, call: ScriptCall, sold_out: SoldOutCache, replays: ReplayCache | None = None
+        self,
+        call: ScriptCall,
+        sold_out: SoldOutCache,
+        replays: ReplayCache | None = None,
+        *,
+        retry_deadline_s: float = 15.0,
+        deadline_margin_ms: int = 300,
     ) -> None:
         self._call = call
         self.sold_out = sold_out
         self.replays = replays or ReplayCache()
+        self.unsettled = Unsettled()
+        self.retry_deadline_s = retry_deadline_s
+        self.deadline_margin_ms = deadline_margin_ms
 
     async def issue(
-        self, event_id: str, user_id: str, request_id: str, traceparent: str, *, keyed: bool
+        self,
+        event_id: str,
+        user_id: str,
+        request_id: str,
+        traceparent: str,
+        *,
+        keyed: bool,
+        budget_ms: int | None = None,
     ) -> Outcome:
-        if self.sold_out.known(event_id):
+        if self.sold_out.known(event_id) and (event_id, user_id) not in self.unsettled:
             earlier = self.replays.get(event_id, user_id, request_id) if keyed else None
             if earlier is not None:
                 metrics.count_outcome(event_id, "ISSUED")
@@ -192,8 +265,16 @@ class IssueService:
             metrics.count_sold_out_local(event_id)
             metrics.count_outcome(event_id, "SOLD_OUT")
             return SOLD_OUT
+        seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
+        deadline = time.monotonic() + seconds
         try:
-            reply = await self._call(event_id, user_id, request_id, traceparent)
+            if budget_ms is None:
+                reply = await self._call(event_id, user_id, request_id, traceparent, deadline)
+            else:
+                # The batcher stops retrying at the deadline; the timeout also bounds a batch
+                # already on the wire. Cancelling the call's future keeps it from being sent.
+                async with asyncio.timeout(seconds):
+                    reply = await self._call(event_id, user_id, request_id, traceparent, deadline)
             outcome = parse_reply(reply)
         except NotReplicatedError as exc:
             reply = exc.result
@@ -201,12 +282,15 @@ class IssueService:
             if outcome.status == "ISSUED":
                 logger.warning("coupon for %s/%s not confirmed by a replica", event_id, user_id)
                 outcome = Outcome("NOT_DURABLE", remaining=outcome.remaining)
+                self.unsettled.add(event_id, user_id)
         except (OSError, TimeoutError, ConnectionError) as exc:
-            raise IssuerUnavailable(repr(exc)) from exc
+            self.unsettled.add(event_id, user_id)
+            raise IssuerUnavailable(f"{exc!r} within {seconds:.2f}s") from exc
         except Exception as exc:
             # redis-py's own error classes (ConnectionError, TimeoutError, ClusterError) do not
             # all derive from the builtins; anything else from the call is Redis being unusable.
             if exc.__class__.__module__.startswith("redis"):
+                self.unsettled.add(event_id, user_id)
                 raise IssuerUnavailable(repr(exc)) from exc
             raise
         if keyed and outcome.status == "ISSUED":

@@ -37,8 +37,12 @@ class IssuerSettings:
     batching: bool = True
     max_batch: int = 512
     max_inflight: int = 2
-    # How long one issue call may keep retrying through a failover before answering 503.
+    # How long one issue call may keep retrying through a failover before answering 503, when
+    # the caller sent no deadline. The gateway sends X-Flashcoupon-Deadline-Ms (what it will
+    # still wait); then the call ends DEADLINE_MARGIN_MS before that, so the 503 reaches the
+    # gateway before it gives up (a gateway timeout would hide a coupon issued afterwards).
     retry_deadline_s: float = 15.0
+    deadline_margin_ms: int = 300
     # Per node, for redis-py's own commands (the naive path and event reads); the batcher
     # uses max_inflight connections of its own per node.
     redis_max_connections: int = 512
@@ -58,6 +62,7 @@ class IssuerSettings:
             max_batch=env_int(env, p + "MAX_BATCH", 512),
             max_inflight=env_int(env, p + "MAX_INFLIGHT", 2),
             retry_deadline_s=env_float(env, p + "RETRY_DEADLINE_S", 15.0),
+            deadline_margin_ms=env_int(env, p + "DEADLINE_MARGIN_MS", 300),
             redis_max_connections=env_int(env, p + "REDIS_MAX_CONNECTIONS", 512),
         )
         s.validate()
@@ -70,5 +75,7 @@ class IssuerSettings:
             raise SettingsError(f"{PREFIX}WAIT_TIMEOUT_MS must be > 0")
         if self.sold_out_ttl_s < 0:
             raise SettingsError(f"{PREFIX}SOLD_OUT_TTL_S must be >= 0")
+        if self.retry_deadline_s <= 0 or self.deadline_margin_ms < 0:
+            raise SettingsError(f"{PREFIX}RETRY_DEADLINE_S must be > 0, DEADLINE_MARGIN_MS >= 0")
         if self.max_batch < 1 or self.max_inflight < 1:
             raise SettingsError(f"{PREFIX}MAX_BATCH and {PREFIX}MAX_INFLIGHT must be >= 1")
