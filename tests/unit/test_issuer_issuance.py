@@ -180,3 +180,24 @@ def test_unsettled_is_bounded_and_expires() -> None:
     assert len(u) == 3 and ("e", "u0") not in u and ("e", "u4") in u
     time.sleep(0.03)
     assert ("e", "u4") not in u
+
+
+def test_unconfirmed_coupon_fails_closed_or_degrades_by_setting() -> None:
+    """durability=replica: a write no replica confirmed is 503 NOT_DURABLE ("fail") or, with
+    "degrade", the coupon itself (counted and logged)."""
+    from flashcoupon_common.redis_batch import NotReplicatedError
+    from flashcoupon_issuer import metrics
+
+    async def script(*args: Any) -> list[Any]:
+        raise NotReplicatedError([b"ISSUED", 5, 0, 1, *COUPON], 0)
+
+    async def scenario() -> None:
+        closed = IssueService(script, SoldOutCache(ttl=60))
+        assert (await closed.issue("ev", "u", "k", "", keyed=True)).status == "NOT_DURABLE"
+        before = metrics.UNCONFIRMED._value.get()
+        open_ = IssueService(script, SoldOutCache(ttl=60), unconfirmed="degrade")
+        outcome = await open_.issue("ev", "u", "k", "", keyed=True)
+        assert outcome.status == "ISSUED" and outcome.coupons[0].code == "ABCD0123456789"
+        assert metrics.UNCONFIRMED._value.get() == before + 1
+
+    asyncio.run(scenario())

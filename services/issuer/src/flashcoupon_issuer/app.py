@@ -129,6 +129,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
             cache,
             retry_deadline_s=settings.retry_deadline_s,
             deadline_margin_ms=settings.deadline_margin_ms,
+            unconfirmed=settings.unconfirmed,
         )
         stop = asyncio.Event()
         listener = asyncio.create_task(listen_for_supply(client, service, stop))
@@ -136,7 +137,10 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         # collector's full collections, which otherwise walk it again and again under load.
         gc.freeze()
         logger.info(
-            "issuer ready: durability=%s batching=%s", settings.durability, settings.batching
+            "issuer ready: durability=%s unconfirmed=%s batching=%s",
+            settings.durability,
+            settings.unconfirmed,
+            settings.batching,
         )
         try:
             yield {"service": service, "redis": client, "batcher": batcher}

@@ -239,6 +239,7 @@ class IssueService:
         *,
         retry_deadline_s: float = 15.0,
         deadline_margin_ms: int = 300,
+        unconfirmed: str = "fail",
     ) -> None:
         self._call = call
         self.sold_out = sold_out
@@ -246,6 +247,8 @@ class IssueService:
         self.unsettled = Unsettled()
         self.retry_deadline_s = retry_deadline_s
         self.deadline_margin_ms = deadline_margin_ms
+        self.degrade = unconfirmed == "degrade"
+        self._degraded = False  # answering unconfirmed coupons right now (for the log line)
 
     async def issue(
         self,
@@ -279,7 +282,16 @@ class IssueService:
         except NotReplicatedError as exc:
             reply = exc.result
             outcome = parse_reply(reply)
-            if outcome.status == "ISSUED":
+            if outcome.status == "ISSUED" and self.degrade:
+                metrics.UNCONFIRMED.inc()
+                if not self._degraded:
+                    self._degraded = True
+                    logger.warning(
+                        "durability degraded: no replica confirms writes (%s); answering "
+                        "unconfirmed coupons until one does",
+                        exc,
+                    )
+            elif outcome.status == "ISSUED":
                 logger.warning("coupon for %s/%s not confirmed by a replica", event_id, user_id)
                 outcome = Outcome("NOT_DURABLE", remaining=outcome.remaining)
                 self.unsettled.add(event_id, user_id)
@@ -293,6 +305,10 @@ class IssueService:
                 self.unsettled.add(event_id, user_id)
                 raise IssuerUnavailable(repr(exc)) from exc
             raise
+        else:
+            if self._degraded:
+                self._degraded = False
+                logger.warning("durability restored: a replica confirms writes again")
         if keyed and outcome.status == "ISSUED":
             self.replays.put(event_id, user_id, request_id, reply)
         if proves_sold_out(outcome):

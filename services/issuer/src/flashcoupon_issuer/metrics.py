@@ -26,6 +26,12 @@ SOLD_OUT_LOCAL = Counter(
     ["event"],
 )
 
+UNCONFIRMED = Counter(
+    "flashcoupon_issuer_unconfirmed_total",
+    "durability=replica with UNCONFIRMED=degrade: coupons answered 201 although no replica "
+    "confirmed them in time (each one is lost if the master dies before replicating it)",
+)
+
 _children: dict[tuple[str, str], object] = {}
 
 

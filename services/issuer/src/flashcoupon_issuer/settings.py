@@ -30,6 +30,11 @@ class IssuerSettings:
     # (docs/issuer.md says what each guarantees).
     durability: str = "none"
     wait_timeout_ms: int = 200
+    # replica: what an unconfirmed write answers. "fail" = 503 NOT_DURABLE (fail closed: every
+    # issue is refused while the master has no replica, e.g. after a failover until the old
+    # master rejoins); "degrade" = answer the coupon as with `none`, counted in
+    # flashcoupon_issuer_unconfirmed_total and logged (docs/issuer.md has the trade-off).
+    unconfirmed: str = "fail"
     # How long a learned SOLD_OUT is answered locally before the script is asked again; a
     # supply change also clears it at once through pub/sub.
     sold_out_ttl_s: float = 2.0
@@ -57,6 +62,7 @@ class IssuerSettings:
             port=env_int(env, p + "PORT", 8081),
             durability=env_choice(env, p + "DURABILITY", ("none", "replica"), "none"),
             wait_timeout_ms=env_int(env, p + "WAIT_TIMEOUT_MS", 200),
+            unconfirmed=env_choice(env, p + "UNCONFIRMED", ("fail", "degrade"), "fail"),
             sold_out_ttl_s=env_float(env, p + "SOLD_OUT_TTL_S", 2.0),
             batching=env_choice(env, p + "BATCHING", ("true", "false"), "true") == "true",
             max_batch=env_int(env, p + "MAX_BATCH", 512),
