@@ -229,6 +229,8 @@ async def delete_state(redis: RedisCluster, event_id: str) -> None:
     # One DEL: the keys share a slot, so the cluster client sends them to one node.
     await redis.delete(*keys.event_keys(event_id))
     await redis.srem(keys.EVENTS_REGISTRY, event_id)
+    # Issuers drop what they remember about the event (sold-out flag, metric series).
+    await redis.publish(keys.SUPPLY_CHANNEL, event_id)
 
 
 async def iter_issued(redis: RedisCluster, event_id: str) -> AsyncIterator[CouponIssued]:

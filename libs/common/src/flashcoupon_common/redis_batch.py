@@ -180,15 +180,26 @@ class ScriptBatcher:
         return await self.submit(script, keys, args)
 
     def submit(
-        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        deadline: float | None = None,
     ) -> asyncio.Future[Any]:
         """`call` without its coroutine: the future of the reply (the client is initialized).
 
         For hot paths that await the reply directly: one coroutine frame less per call.
+        `deadline` (time.monotonic()) ends retrying earlier than `retry_deadline`; a caller
+        that stops waiting should cancel the future: a cancelled call is never sent again.
         """
         loop = asyncio.get_running_loop()
+        limit = time.monotonic() + self.retry_deadline
         item = _Call(
-            script, keys, args, loop.create_future(), time.monotonic() + self.retry_deadline
+            script,
+            keys,
+            args,
+            loop.create_future(),
+            limit if deadline is None else min(deadline, limit),
         )
         self._enqueue(item)
         return item.future
@@ -242,6 +253,11 @@ class ScriptBatcher:
         queue.scheduled = False
         while queue.calls and queue.inflight < self.max_inflight:
             batch = [queue.calls.popleft() for _ in range(min(self.max_batch, len(queue.calls)))]
+            # A call whose caller gave up (future cancelled) is not sent: its answer is gone,
+            # so running the script now could only do something nobody is told about.
+            batch = [c for c in batch if not c.future.done()]
+            if not batch:
+                continue
             queue.inflight += 1
             task = asyncio.get_running_loop().create_task(self._send(queue, batch))
             self._tasks.add(task)
@@ -341,6 +357,8 @@ class ScriptBatcher:
 
     # ---- retries
     def _retry_later(self, item: _Call, exc: BaseException | None) -> None:
+        if item.future.done():
+            return  # the caller gave up (cancelled): not retried
         item.attempts += 1
         delay = 0.0 if exc is None else min(0.02 * 2**item.attempts, 0.5)
         if time.monotonic() + delay > item.deadline or item.attempts > 100:

@@ -1,9 +1,13 @@
 """Forwarding to the issuer (by user, over replicas) and the wallet, with load shedding.
 
 Every call goes over a pooled keep-alive connection (pool.HTTPPool), has a timeout, and passes
-its upstream's circuit breaker. 5xx answers, timeouts and connection errors count as failures;
-4xx answers (SOLD_OUT, DUPLICATE, ...) are the upstream working correctly. With every issuer's
-breaker open, the answer is 503 + Retry-After at once.
+its upstream's circuit breaker. Timeouts, connection errors and 500/502/504 count as failures;
+4xx answers (SOLD_OUT, DUPLICATE, ...) are the upstream working correctly, and a 503 (the
+issuer's store failing over) counts neither way (breaker.verdict). With every issuer's breaker
+open, the answer is 503 + Retry-After at once.
+
+Each call carries X-Flashcoupon-Deadline-Ms, the time this gateway will wait for the answer, so
+the issuer can answer (503, "retry") before the gateway gives up on it.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from dataclasses import dataclass
 
 from flashcoupon_common.http import ProblemError
 
-from flashcoupon_gateway.breaker import Breaker, State, retry_after_header
+from flashcoupon_gateway.breaker import Breaker, State, Verdict, retry_after_header, verdict
 from flashcoupon_gateway.metrics import BREAKER_STATE, SHED, UPSTREAM_DURATION
 from flashcoupon_gateway.pool import HTTPPool, UpstreamError
 
 logger = logging.getLogger(__name__)
 
+DEADLINE_HEADER = "X-Flashcoupon-Deadline-Ms"
 # Response headers worth passing back to the shopper.
 _PASS_HEADERS = {b"content-type", b"retry-after", b"location", b"idempotency-key"}
 
@@ -86,6 +91,7 @@ class Forwarder:
         self.issuers = [make("issuer", u) for u in issuer_urls]
         self.wallet = make("wallet", wallet_url)
         self.timeout = timeout_seconds
+        self._deadline_ms = str(int(timeout_seconds * 1000))
         self._rr = itertools.cycle(range(len(self.issuers)))  # round-robin for unkeyed reads
 
     def pick_issuer(self, affinity: str | None = None) -> Upstream:
@@ -125,6 +131,7 @@ class Forwarder:
     ) -> Answer:
         """One upstream request through `up`, whose breaker the caller acquired."""
         start = time.perf_counter()
+        headers = {**headers, DEADLINE_HEADER: self._deadline_ms}
         try:
             status, raw_headers, content = await up.pool.request(
                 method, path, headers, body, deadline_seconds=self.timeout
@@ -142,9 +149,12 @@ class Forwarder:
             up.breaker.on_abandoned()  # cancelled (client went away): not the upstream's fault
             raise
         up.observe(status, time.perf_counter() - start)
-        if status >= 500:
+        judged = verdict(status)
+        if judged is Verdict.FAILURE:
             up.breaker.on_failure(time.monotonic())
             up.publish_state()
+        elif judged is Verdict.NEUTRAL:
+            up.breaker.on_abandoned()  # a half-open probe answered 503: let another probe
         else:
             was = up.breaker.state
             up.breaker.on_success()

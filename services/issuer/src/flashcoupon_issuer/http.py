@@ -32,6 +32,8 @@ ISSUE_SUFFIX = "/issue"
 _PROBLEM = PROBLEM_JSON.encode()
 
 USER_HEADER = "x-flashcoupon-user"
+# Milliseconds the caller (the gateway) will still wait for this answer (docs/issuer.md).
+DEADLINE_HEADER = b"x-flashcoupon-deadline-ms"
 MAX_USER_LEN = 128  # user_coupons.user_id is VARCHAR(128)
 TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -148,6 +150,7 @@ class IssueEdge:
 
     async def _issue(self, scope: Scope, receive: Receive, send: Send, event_id: str) -> int:
         user = key = tp = None
+        budget: int | None = None
         for name, value in scope["headers"]:
             if name == b"x-flashcoupon-user":
                 user = value.decode("utf-8", "replace")
@@ -155,6 +158,8 @@ class IssueEdge:
                 key = value.decode("latin-1")
             elif name == b"traceparent":
                 tp = value.decode("latin-1")
+            elif name == DEADLINE_HEADER and value.isdigit() and len(value) < 9:
+                budget = int(value)  # ms the gateway still waits; malformed values are ignored
         response = _check(event_id, user, key)
         if response is not None:
             await response(scope, receive, send)
@@ -165,7 +170,12 @@ class IssueEdge:
             tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
         try:
             outcome = await service.issue(
-                event_id, user, key or os.urandom(10).hex(), tp or "", keyed=key is not None
+                event_id,
+                user,
+                key or os.urandom(10).hex(),
+                tp or "",
+                keyed=key is not None,
+                budget_ms=budget,
             )
         except IssuerUnavailable as exc:
             logger.warning("issue for %s unavailable: %s", event_id, exc)
@@ -173,6 +183,8 @@ class IssueEdge:
         if outcome is not None and outcome.status == "SOLD_OUT":
             body = self._sold_out.get(event_id)
             if body is None:
+                if len(self._sold_out) >= 256:  # only sold-out events, but bounded over time
+                    self._sold_out.clear()
                 body = self._sold_out[event_id] = problem(
                     410, "SOLD_OUT", f"event {event_id} is sold out"
                 ).body
@@ -196,7 +208,8 @@ class IssueEdge:
             response = problem(
                 503,
                 "SERVICE_UNAVAILABLE",
-                "coupon store unreachable; retry",
+                "coupon store unreachable; retry: if a coupon was issued to you, the retry "
+                "returns it",
                 headers={"Retry-After": "1"},
             )
         else:

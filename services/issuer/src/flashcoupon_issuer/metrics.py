@@ -1,7 +1,9 @@
 """Issuer metrics: issuance outcomes and stock per event (batch sizes live in redis_batch).
 
 The `event` label only ever carries provisioned event ids: answers for unknown ids are counted
-under "unknown", so random URLs cannot create series.
+under "unknown", and only answers about an existing event's stock set the stock gauge, so
+random URLs cannot create series. A deleted event's series are removed (`forget_event`), an
+ended event's stock gauge too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ SOLD_OUT_LOCAL = Counter(
     "flashcoupon_issuer_sold_out_local_total",
     "SOLD_OUT answers given from the local flag, without a Redis call",
     ["event"],
+)
+
+UNCONFIRMED = Counter(
+    "flashcoupon_issuer_unconfirmed_total",
+    "durability=replica with UNCONFIRMED=degrade: coupons answered 201 although no replica "
+    "confirmed them in time (each one is lost if the master dies before replicating it)",
 )
 
 _children: dict[tuple[str, str], object] = {}
@@ -54,3 +62,18 @@ def count_sold_out_local(event_id: str) -> None:
     if child is None:
         child = _local[event_id] = SOLD_OUT_LOCAL.labels(event_id)
     child.inc()  # type: ignore[attr-defined]
+
+
+def forget_stock(event_id: str) -> None:
+    if _stock.pop(event_id, None) is not None:
+        STOCK_REMAINING.remove(event_id)
+
+
+def forget_event(event_id: str) -> None:
+    """Remove every series labelled with `event_id` (the event was deleted)."""
+    forget_stock(event_id)
+    if _local.pop(event_id, None) is not None:
+        SOLD_OUT_LOCAL.remove(event_id)
+    for key in [k for k in _children if k[0] == event_id]:
+        del _children[key]
+        ISSUANCE.remove(*key)
