@@ -46,6 +46,7 @@ EMITTERS = [
     ROOT / "services/issuer/src/flashcoupon_issuer/http.py",
     *sorted((ROOT / "services/persister/src/flashcoupon_persister/wallet").glob("*.py")),
     ROOT / "libs/common/src/flashcoupon_common/http.py",
+    ROOT / "libs/common/src/flashcoupon_common/httpserver.py",
     ROOT / "libs/common/src/flashcoupon_common/validation.py",
 ]
 # Codes no shopper can receive, and why.
@@ -64,7 +65,8 @@ def _const(node: ast.expr, names: dict[str, object]) -> object:
 
 
 def emitted_problems() -> set[tuple[int, str]]:
-    """(status, code) of every `ProblemError(s, "CODE", …)` / `problem(s, "CODE", …)` call and
+    """(status, code) of every `ProblemError(s, "CODE", …)` / `problem(s, "CODE", …)` call (and
+    the HTTP server's `_reject(s, "CODE", …)`, answered before any app runs), and
     every exception class with `status = s` and `code = "CODE"` in the emitting modules."""
     found: set[tuple[int, str]] = set()
     for path in EMITTERS:
@@ -82,7 +84,7 @@ def emitted_problems() -> set[tuple[int, str]]:
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
                 status, code = _const(node.args[0], names), _const(node.args[1], names)
-                if name in ("ProblemError", "problem") and isinstance(status, int):
+                if name in ("ProblemError", "problem", "_reject") and isinstance(status, int):
                     assert isinstance(code, str), f"{path.name}:{node.lineno}: code not a literal"
                     found.add((status, code))
             elif isinstance(node, ast.ClassDef):

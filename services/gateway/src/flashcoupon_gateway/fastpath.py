@@ -15,9 +15,9 @@ import logging
 import re
 import time
 
-from flashcoupon_common.http import ProblemError, problem
+from flashcoupon_common.http import ProblemError, disconnected, problem
 from flashcoupon_common.red_metrics import HTTP_DURATION, HTTP_REQUESTS
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,7 +38,7 @@ class IssueFastPath:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = (
-            _ISSUE.match(scope["path"])
+            _ISSUE.fullmatch(scope["path"])
             if scope["type"] == "http" and scope["method"] == "POST"
             else None
         )
@@ -54,6 +54,10 @@ class IssueFastPath:
             response = problem(exc.status, exc.code, exc.detail, headers=exc.headers, **exc.extra)
         except STORE_ERRORS as exc:
             response = store_unavailable(scope["path"], exc)
+        except ClientDisconnect:
+            # The client left (or was cut off at the body deadline) while its body was read:
+            # counted as 499 (or 408), as the exception handlers do; not an error of ours.
+            response = disconnected(scope)
         except Exception:
             # Deliberately absorbed, as the shared handler does: a problem document, a logged trace.
             logger.exception("unhandled error on POST %s", scope["path"])

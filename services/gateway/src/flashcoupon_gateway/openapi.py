@@ -61,6 +61,15 @@ _AUTH_ERRORS = {
     "429": _retry(
         "RATE_LIMITED: a per-IP, per-user or per-event limit; RateLimit-* headers", "RATE_LIMITED"
     ),
+    "408": _problem(
+        "REQUEST_TIMEOUT: the request's head or body did not arrive in time (the connection "
+        "is closed)",
+        "REQUEST_TIMEOUT",
+    ),
+    "502": _problem(
+        "BAD_UPSTREAM: an internal service answered something that is not a problem document",
+        "BAD_UPSTREAM",
+    ),
     "503": _retry(
         "SERVICE_UNAVAILABLE: upstream failing (breaker open), gateway overloaded or a store "
         "unreachable; retrying is safe",
@@ -206,10 +215,14 @@ OPENAPI: dict[str, Any] = {
                     "202": _json("QUEUED: in the event's waiting room; follow statusUrl", "Queued"),
                     "400": _problem(
                         "a malformed event id, Idempotency-Key or body (the body is optional; "
-                        "one that is sent must be a JSON object)",
+                        "one that is sent must be a JSON object); INVALID_CHARACTERS: control "
+                        "characters in the path or a forwarded header; MALFORMED_REQUEST: HTTP "
+                        "the server cannot parse (e.g. a bad or repeated Content-Length)",
                         "INVALID_EVENT_ID",
                         "INVALID_IDEMPOTENCY_KEY",
                         "MALFORMED_JSON",
+                        "INVALID_CHARACTERS",
+                        "MALFORMED_REQUEST",
                     ),
                     "404": _problem("EVENT_NOT_FOUND: no such event", "EVENT_NOT_FOUND"),
                     "409": _problem(

@@ -1,7 +1,9 @@
 """The issuer's HTTP edge: parse, call IssueService, map the Outcome to the HTTP contract.
 
 The user id comes only from X-Flashcoupon-User, which the gateway sets (and strips from
-clients); the issuer is not reachable from outside the cluster.
+clients); the issuer is not reachable from outside the cluster. The header carries the id as
+UTF-8 and is decoded strictly: bytes that are not UTF-8 are a 400, never a replacement
+character (which made different users one, and handed one user's coupon to another).
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from typing import Any
 
 import orjson
 from flashcoupon_common import event_state, validation
-from flashcoupon_common.http import PROBLEM_JSON, JSONResponse, ProblemError, problem
+from flashcoupon_common.http import (
+    PROBLEM_JSON,
+    JSONResponse,
+    ProblemError,
+    problem,
+    user_from_header,
+)
 from flashcoupon_common.red_metrics import HTTP_DURATION, HTTP_REQUESTS
 from starlette.requests import Request
 from starlette.responses import Response
@@ -151,22 +159,27 @@ class IssueEdge:
     async def _issue(self, scope: Scope, receive: Receive, send: Send, event_id: str) -> int:
         user = key = tp = None
         budget: int | None = None
+        raw_user = b""
         for name, value in scope["headers"]:
             if name == b"x-flashcoupon-user":
-                user = value.decode("utf-8", "replace")
+                raw_user = value
+                user = user_from_header(value)
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
             elif name == b"traceparent":
                 tp = value.decode("latin-1")
             elif name == DEADLINE_HEADER and value.isdigit() and len(value) < 9:
                 budget = int(value)  # ms the gateway still waits; malformed values are ignored
-        response = _check(event_id, user, key)
+        if raw_user and user is None:
+            response = problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
+        else:
+            response = _check(event_id, user, key)
         if response is not None:
             await response(scope, receive, send)
             return response.status_code
         assert user is not None
         service: IssueService = scope["state"]["service"]
-        if tp and not TRACEPARENT_RE.match(tp):
+        if tp and not TRACEPARENT_RE.fullmatch(tp):
             tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
         try:
             outcome = await service.issue(

@@ -10,7 +10,13 @@ import logging
 from typing import Any
 
 from flashcoupon_common import validation
-from flashcoupon_common.http import JSONResponse, ProblemError, json_body, problem
+from flashcoupon_common.http import (
+    JSONResponse,
+    ProblemError,
+    json_body,
+    problem,
+    user_from_header,
+)
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -33,9 +39,12 @@ USER_HEADER = "X-Flashcoupon-User"
 
 
 def user_id(request: Request) -> str:
-    user = request.headers.get(USER_HEADER, "")
-    if not user:
+    raw = request.headers.get(USER_HEADER, "")
+    if not raw:
         raise ProblemError(401, "UNAUTHORIZED", f"missing {USER_HEADER} (set by the gateway)")
+    user = user_from_header(raw)  # UTF-8, as the gateway sends it
+    if user is None:
+        raise ProblemError(400, "INVALID_USER", f"{USER_HEADER} must be UTF-8")
     if len(user) > MAX_USER_ID or not user.isprintable():
         raise ProblemError(
             400, "INVALID_USER", f"{USER_HEADER} must be printable, max {MAX_USER_ID} chars"
