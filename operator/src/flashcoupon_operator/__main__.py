@@ -11,14 +11,22 @@ import os
 
 import kopf
 from flashcoupon_common.logsetup import configure_logging
+from flashcoupon_common.settings import MysqlSettings, RedisSettings, SettingsError
 
 from flashcoupon_operator import handlers  # noqa: F401 - importing registers the handlers
 
 
 def main() -> None:
+    # Read before kopf starts: a missing or bad setting stops the process with one line, where
+    # inside kopf's start-up activity it would be retried every minute forever.
+    try:
+        redis, mysql = RedisSettings.from_env(), MysqlSettings.from_env()
+    except SettingsError as exc:
+        raise SystemExit(f"flashcoupon-operator: {exc}") from None
     configure_logging("operator")
     namespace = os.environ.get("FLASHCOUPON_OPERATOR_NAMESPACE") or None
     kopf.run(
+        memo=kopf.Memo(redis_settings=redis, mysql_settings=mysql),
         standalone=True,  # one replica: no peering objects needed in the cluster
         clusterwide=namespace is None,
         namespaces=[namespace] if namespace else (),

@@ -55,8 +55,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Warnings logged by handlers (a refused spec, a failed apply) become Kubernetes events.
     settings.posting.level = logging.WARNING
     settings.posting.loggers = True
-    memo.redis = create_redis_cluster(RedisSettings.from_env())
-    memo.engine = create_engine(MysqlSettings.from_env(), pool_size=4)
+    # __main__ read and checked the settings before kopf started; read them here otherwise.
+    memo.redis = create_redis_cluster(memo.get("redis_settings") or RedisSettings.from_env())
+    memo.engine = create_engine(memo.get("mysql_settings") or MysqlSettings.from_env(), pool_size=4)
 
 
 @kopf.on.cleanup()
