@@ -188,3 +188,68 @@ async def test_a_paused_or_unknown_event_is_not_sold_out_at_the_gateway(
     # (One press: a second one reaches the issuer, whose own memory of it is item 2's.)
     r = await client.post(f"/v1/events/{random_name('nope')}/issue", headers=bearer("wr-pa-new"))
     assert_problem(r, 404)
+
+
+async def admitted_coupon(
+    client: httpx.AsyncClient, eid: str, user: str, url: str, key: str
+) -> httpx.Response:
+    """Poll the ticket until admitted, then press with `key`: the 201."""
+    for _ in range(200):
+        state = (await client.get(url, headers=bearer(user))).json()["state"]
+        if state != "queued":
+            break
+        await asyncio.sleep(0.05)
+    assert state == "admitted", state
+    headers = {**bearer(user), "Idempotency-Key": key}
+    r = await client.post(f"/v1/events/{eid}/issue", headers=headers)
+    assert r.status_code == 201, r.text
+    return r
+
+
+async def a_holder(
+    client: httpx.AsyncClient, redis_cluster: Any, holder: str
+) -> tuple[str, str, str]:
+    """A waiting-room event with a queue, and `holder` holding a coupon got with key K1:
+    (event id, coupon code, the room's arrival counter key)."""
+    spec = await provision(
+        redis_cluster, quantity=100, waiting_room_enabled=True, waiting_room_admit_per_second=2
+    )
+    eid = spec.event_id
+    first = await client.post(
+        f"/v1/events/{eid}/issue", headers={**bearer(holder), "Idempotency-Key": "K1"}
+    )
+    # Others queue behind, so any new ticket would have to wait (a retry that queues shows).
+    await queue_everyone(client, eid, [f"{holder}-filler-{i}" for i in range(20)])
+    if first.status_code == 202:
+        first = await admitted_coupon(client, eid, holder, first.json()["statusUrl"], "K1")
+    assert first.status_code == 201, first.text
+    return eid, first.json()["couponCode"], f"{{wr:{eid}}}:seq"
+
+
+async def test_a_keyed_retry_after_a_201_gets_the_coupon_at_once(
+    client: httpx.AsyncClient, redis_cluster: Any
+) -> None:
+    eid, code, seq = await a_holder(client, redis_cluster, "wr-keyed")
+    tickets_before = int(await redis_cluster.get(seq))
+    for _ in range(2):
+        retry = await client.post(
+            f"/v1/events/{eid}/issue", headers={**bearer("wr-keyed"), "Idempotency-Key": "K1"}
+        )
+        assert retry.status_code == 201, retry.text
+        assert retry.json()["couponCode"] == code
+    assert int(await redis_cluster.get(seq)) == tickets_before  # no ticket taken
+
+
+async def test_a_holder_pressing_again_gets_duplicate_with_the_coupon_and_no_ticket(
+    client: httpx.AsyncClient, redis_cluster: Any
+) -> None:
+    eid, code, seq = await a_holder(client, redis_cluster, "wr-presser")
+    tickets_before = int(await redis_cluster.get(seq))
+    # No key (pressed again and again), or another key: DUPLICATE carrying the coupon.
+    for extra in ({}, {}, {"Idempotency-Key": "K2"}):
+        again = await client.post(
+            f"/v1/events/{eid}/issue", headers={**bearer("wr-presser"), **extra}
+        )
+        assert_problem(again, 409, "DUPLICATE")
+        assert again.json()["coupon"]["couponCode"] == code
+    assert int(await redis_cluster.get(seq)) == tickets_before  # no admission slot used

@@ -7,6 +7,7 @@ sequences them for one request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -146,7 +147,14 @@ class Gateway:
             request, Check("user", user_key(user, "ev:" + event_id), per_user)
         )
         if info.spec is not None and adm.waiting_room_enabled:
-            outcomes = await self.limiter.check_all([client])
+            # A holder's retry (after a 201, or a 503 whose coupon was issued) skips the room:
+            # the issuer answers it with the coupon (a keyed replay or DUPLICATE), at once and
+            # without spending an admission. Read beside the limits: no extra wait.
+            outcomes, holder = await asyncio.gather(
+                self.limiter.check_all([client]), self.room.holds(event_id, user)
+            )
+            if holder:
+                return outcomes, None
             rate = float(adm.waiting_room_admit_per_second)
             answer = await self.room.enter(event_id, user, rate, info.start_ms)
             if answer.state is TicketState.SOLD_OUT:

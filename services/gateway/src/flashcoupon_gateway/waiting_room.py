@@ -11,7 +11,9 @@ to the shopper who got it and cannot be forged or moved forward; Redis additiona
 user's one live ticket, which makes a re-press return the same place and an admission single-use.
 
 The room does not decide sell-outs; it reads the process's SoldOutBoard: a sold-out event gives
-no tickets and every ticket it has answers SOLD_OUT at once, without asking Redis.
+no tickets and every ticket it has answers SOLD_OUT at once, without asking Redis. A shopper
+who already holds a coupon of the event does not queue either (`holds`): their retry is the
+issuer's to answer, with that coupon.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ import time
 from dataclasses import dataclass
 from enum import IntEnum
 
+from flashcoupon_common import keys
 from flashcoupon_common.http import ProblemError
 
 from flashcoupon_gateway.metrics import QUEUE_LENGTH
-from flashcoupon_gateway.scripts import WAITING_ROOM, ScriptRunner
+from flashcoupon_gateway.scripts import HOLDS, WAITING_ROOM, ScriptRunner
 from flashcoupon_gateway.sold_out import SoldOutBoard
 
 logger = logging.getLogger(__name__)
@@ -159,6 +162,14 @@ class WaitingRoom:
         if self.sold_out.is_sold_out(event_id):
             return _sold_out(n)
         return await self._call("consume", event_id, rate, start_ms, user, n)
+
+    async def holds(self, event_id: str, user: str) -> bool:
+        """Whether the user already holds a coupon of the event (the issuer's users hash).
+
+        Read, not remembered: any gateway replica may have answered the 201, and the issue
+        script writes the holding before the shopper sees it, so a retry always finds it.
+        """
+        return bool(await self.runner.run(HOLDS, [keys.users_key(event_id)], [user]))
 
     async def wait(self, event_id: str, seconds: float) -> None:
         """An SSE stream's pause between looks: cut short when the event sells out."""
