@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from flashcoupon_common import keys
-from flashcoupon_gateway.sold_out import SoldOutBoard, sold_out_in_state
+from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled, sold_out_in_state
 
 NOW = 1_800_000_000_000
 LIVE = {"provisioned": True, "paused": False, "end_ms": NOW + 60_000, "now_ms": NOW}
@@ -68,3 +68,15 @@ async def test_a_sell_out_wakes_waiting_streams_at_once() -> None:
     started = time.monotonic()
     await board.wait("ev", 30)  # already sold out: no wait at all
     assert time.monotonic() - started < 1
+
+
+def test_unsettled_shoppers_are_remembered_for_a_while_and_bounded() -> None:
+    unsettled = Unsettled(ttl=60, capacity=2)
+    unsettled.add("ev", "ann")
+    assert ("ev", "ann") in unsettled and ("ev", "bob") not in unsettled
+    assert ("other", "ann") not in unsettled
+    unsettled.add("ev", "bob")
+    unsettled.add("ev", "cid")  # over capacity: the oldest goes
+    assert ("ev", "ann") not in unsettled and ("ev", "cid") in unsettled
+    unsettled.add("ev", "dan", now=time.monotonic() - 61)  # its time has passed
+    assert ("ev", "dan") not in unsettled

@@ -24,7 +24,7 @@ from flashcoupon_gateway.auth import Authenticator, Principal
 from flashcoupon_gateway.metrics import QUEUED, SHED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
-from flashcoupon_gateway.sold_out import SoldOutBoard
+from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled
 from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
 from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoom
 
@@ -115,6 +115,8 @@ class Gateway:
     # confirmed by every spec read; never learned from the issuer's answers.
     sold_out: SoldOutBoard
     in_flight: int = field(default=0)
+    # Shoppers answered 503 on an issue: their retry goes to the issuer even after a sell-out.
+    unsettled: Unsettled = field(default_factory=Unsettled)
     # event -> (fetched at, answer) of GET /v1/events/{id}: public state may be approximate.
     event_cache: dict[str, tuple[float, Answer]] = field(default_factory=dict)
 
@@ -172,17 +174,31 @@ class Gateway:
         """410 SOLD_OUT for a press of a sold-out event: no rate-limit call, no issuer call.
 
         Keyed requests pass: a retry of a press that did get a coupon must reach the issuer to
-        get that coupon back (a keyed press that holds nothing still gets no queue ticket).
+        get that coupon back (a keyed press that holds nothing still gets no queue ticket); so
+        do shoppers this process answered 503, who may hold a coupon without knowing it.
         """
-        if self.sold_out.is_sold_out(event_id) and "Idempotency-Key" not in headers:
+        if (
+            self.sold_out.is_sold_out(event_id)
+            and "Idempotency-Key" not in headers
+            and (event_id, headers[USER_HEADER]) not in self.unsettled
+        ):
             raise sold_out(event_id)
 
     async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
-        async with self.slot():
-            up = self.upstream.pick_issuer(affinity=headers[USER_HEADER])
-            return await self.upstream.call(
-                up, "POST", f"/internal/v1/events/{event_id}/issue", headers
-            )
+        user = headers[USER_HEADER]
+        try:
+            async with self.slot():
+                up = self.upstream.pick_issuer(affinity=user)
+                answer = await self.upstream.call(
+                    up, "POST", f"/internal/v1/events/{event_id}/issue", headers
+                )
+        except ProblemError as exc:
+            if exc.status == 503:
+                self.unsettled.add(event_id, user)
+            raise
+        if answer.status == 503:
+            self.unsettled.add(event_id, user)
+        return answer
 
     def queued_body(self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo) -> dict:
         assert info.spec is not None

@@ -84,3 +84,35 @@ class SoldOutBoard:
         waker = self._wakers.pop(event_id, None)
         if waker is not None:
             waker.set()
+
+
+class Unsettled:
+    """Shoppers this process answered 503 on an issue, per event, for `ttl` seconds.
+
+    A 503 leaves the shopper not knowing whether they got a coupon (docs/gateway.md, the 503
+    contract): their next press must reach the issuer, which tells them (409 DUPLICATE with the
+    coupon) even after the sell-out. So the sold-out answer is not given to them here. Per
+    process and bounded (oldest dropped first): a retry landing on another gateway replica
+    gets 410 and finds the coupon in `GET /v1/me/coupons`.
+    """
+
+    def __init__(self, ttl: float = 600.0, capacity: int = 100_000) -> None:
+        self.ttl = ttl
+        self.capacity = capacity
+        self._until: dict[tuple[str, str], float] = {}  # insertion order = age
+
+    def add(self, event_id: str, user: str, now: float | None = None) -> None:
+        key = (event_id, user)
+        self._until.pop(key, None)
+        self._until[key] = (time.monotonic() if now is None else now) + self.ttl
+        if len(self._until) > self.capacity:
+            del self._until[next(iter(self._until))]
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if until < time.monotonic():
+            del self._until[key]
+            return False
+        return True
