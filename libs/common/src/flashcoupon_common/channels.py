@@ -32,7 +32,7 @@ async def listen(
     """
     while not stop.is_set():
         node = redis.get_random_node()
-        client = Redis(host=node.host, port=node.port)
+        client = Redis(host=node.host, port=int(node.port))
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(*channels)
