@@ -23,7 +23,7 @@ def request(headers: dict[str, str], peer: str = "10.0.0.9") -> Request:
 
 
 async def test_in_flight_bound_answers_503_at_once() -> None:
-    g = Gateway(replace(SETTINGS, max_in_flight=2), None, None, None, None, None)  # type: ignore[arg-type]
+    g = Gateway(replace(SETTINGS, max_in_flight=2), None, None, None, None, None, None)  # type: ignore[arg-type]
     async with g.slot(), g.slot():
         with pytest.raises(ProblemError) as err:
             async with g.slot():

@@ -170,7 +170,7 @@ OPENAPI: dict[str, Any] = {
                     "ticket": {"type": "string"},
                     "position": {"type": "integer"},
                     "etaSeconds": {"type": "integer"},
-                    "state": {"enum": ["queued", "admitted", "gone"]},
+                    "state": {"enum": ["queued", "admitted", "gone", "sold_out"]},
                 },
             },
             "EventState": {

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
 import orjson
 from flashcoupon_common import validation
-from flashcoupon_common.http import JSONResponse, ProblemError, json_body
+from flashcoupon_common.http import JSONResponse, ProblemError, json_body, problem
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -18,6 +17,7 @@ from flashcoupon_gateway.service import (
     Gateway,
     checked_code,
     checked_event_id,
+    sold_out,
     upstream_headers,
 )
 from flashcoupon_gateway.upstream import Answer
@@ -28,6 +28,7 @@ _STATE_NAMES = {
     TicketState.READY: "admitted",
     TicketState.ADMITTED: "admitted",
     TicketState.GONE: "gone",
+    TicketState.SOLD_OUT: "sold_out",
 }
 
 
@@ -54,10 +55,8 @@ async def issue(request: Request) -> Response:
     event_id = checked_event_id(request.path_params["eventId"])
     await optional_json_body(request, g.settings.max_body_bytes)
     headers = upstream_headers(request, principal.user_id)
-    sold_out = g.known_sold_out(event_id, headers)
-    if sold_out is not None:
-        return relay(sold_out)
     info = await g.specs.get(event_id)
+    g.check_sold_out(event_id, headers)
     outcomes, queued = await g.admit_issue(request, event_id, principal.user_id, info)
     limits = rate_headers(outcomes)
     if queued is not None:
@@ -146,6 +145,11 @@ async def queue_status(request: Request) -> Response:
     )
 
 
+def problem_body(exc: ProblemError) -> object:
+    """The problem document the shopper would get for `exc` as an HTTP answer."""
+    return orjson.loads(problem(exc.status, exc.code, exc.detail, **exc.extra).body)
+
+
 def _sse(event: str, data: object) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -160,17 +164,21 @@ async def sse(
     interval = g.settings.sse_interval_seconds
     yield b"retry: 2000\n\n"
     while True:
+        await g.specs.get(event_id)  # cached; its refresh also confirms or clears a sell-out
         # Queued tickets read the process's shared cursor; Redis is asked near the front only.
         answer = g.room.cached_position(event_id, n, rate, start_ms) or await g.room.consume(
             event_id, user, n, rate, start_ms
         )
+        if answer.state is TicketState.SOLD_OUT:
+            yield _sse("result", {"status": 410, "body": problem_body(sold_out(event_id))})
+            return
         if answer.state is TicketState.ADMITTED:
             yield _sse("admitted", {"position": 0, "etaSeconds": 0, "state": "admitted"})
             try:
                 result = await g.issue(event_id, headers)
                 status, body = result.status, orjson.loads(result.body or b"null")
             except ProblemError as exc:
-                status, body = exc.status, {"code": exc.code, "detail": exc.detail}
+                status, body = exc.status, problem_body(exc)
             except orjson.JSONDecodeError:
                 status, body = 502, {"code": "BAD_UPSTREAM", "detail": "unreadable issuer answer"}
             yield _sse("result", {"status": status, "body": body})
@@ -187,7 +195,7 @@ async def sse(
         # Poll faster near the front so admission is noticed promptly.
         wait = min(interval, max(0.05, answer.position / rate / 2))
         idle += wait
-        await asyncio.sleep(wait)
+        await g.room.wait(event_id, wait)  # a sell-out wakes the stream at once
 
 
 ISSUE_PATH = "/v1/events/{eventId}/issue"

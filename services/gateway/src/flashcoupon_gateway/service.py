@@ -7,13 +7,13 @@ sequences them for one request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import time
 from dataclasses import dataclass, field
 
 from flashcoupon_common import validation
 from flashcoupon_common.event_spec import AdmissionSpec
-from flashcoupon_common.http import problem
+from flashcoupon_common.http import ProblemError, problem
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,6 +24,7 @@ from flashcoupon_gateway.auth import Authenticator, Principal
 from flashcoupon_gateway.metrics import QUEUED, SHED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
+from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled
 from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
 from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoom
 
@@ -50,6 +51,11 @@ def store_unavailable(path: str, exc: Exception) -> Response:
         "rate-limit store unreachable; retry",
         headers={"Retry-After": "1"},
     )
+
+
+def sold_out(event_id: str) -> ProblemError:
+    # The issuer's words for it (flashcoupon_issuer.http), so both answers read the same.
+    return ProblemError(410, "SOLD_OUT", f"event {event_id} is sold out")
 
 
 # Path parameters are checked before anything is forwarded: a malformed id is a 400, never
@@ -105,13 +111,12 @@ class Gateway:
     room: WaitingRoom
     specs: SpecCache
     upstream: Forwarder
+    # The process's sell-out knowledge (also read by `room`): heard on the event channels and
+    # confirmed by every spec read; never learned from the issuer's answers.
+    sold_out: SoldOutBoard
     in_flight: int = field(default=0)
-    # event -> (until, the issuer's SOLD_OUT answer): after a sell-out, further presses are
-    # answered here for a second, without Redis or the issuer (quantity may be raised, so it
-    # is not remembered for long). Keyed requests bypass it: a retry of a request that did
-    # get a coupon must reach the issuer to get that coupon back.
-    sold_out: dict[str, tuple[float, Answer]] = field(default_factory=dict)
-    sold_out_seconds: float = 1.0
+    # Shoppers answered 503 on an issue: their retry goes to the issuer even after a sell-out.
+    unsettled: Unsettled = field(default_factory=Unsettled)
     # event -> (fetched at, answer) of GET /v1/events/{id}: public state may be approximate.
     event_cache: dict[str, tuple[float, Answer]] = field(default_factory=dict)
 
@@ -144,9 +149,18 @@ class Gateway:
             request, Check("user", user_key(user, "ev:" + event_id), per_user)
         )
         if info.spec is not None and adm.waiting_room_enabled:
-            outcomes = await self.limiter.check_all([client])
+            # A holder's retry (after a 201, or a 503 whose coupon was issued) skips the room:
+            # the issuer answers it with the coupon (a keyed replay or DUPLICATE), at once and
+            # without spending an admission. Read beside the limits: no extra wait.
+            outcomes, holder = await asyncio.gather(
+                self.limiter.check_all([client]), self.room.holds(event_id, user)
+            )
+            if holder:
+                return outcomes, None
             rate = float(adm.waiting_room_admit_per_second)
             answer = await self.room.enter(event_id, user, rate, info.start_ms)
+            if answer.state is TicketState.SOLD_OUT:
+                raise sold_out(event_id)
             if answer.state is TicketState.QUEUED:
                 QUEUED.labels(event_id).inc()
                 return outcomes, answer
@@ -156,25 +170,34 @@ class Gateway:
             stages.append([self.limiter.event_check(event_id, adm.max_per_second)])
         return await self.limiter.check_all(stages), None
 
-    def known_sold_out(self, event_id: str, headers: dict[str, str]) -> Answer | None:
-        hit = self.sold_out.get(event_id)
-        if hit is None or "Idempotency-Key" in headers:
-            return None
-        if hit[0] < time.monotonic():
-            del self.sold_out[event_id]
-            return None
-        return hit[1]
+    def check_sold_out(self, event_id: str, headers: dict[str, str]) -> None:
+        """410 SOLD_OUT for a press of a sold-out event: no rate-limit call, no issuer call.
+
+        Keyed requests pass: a retry of a press that did get a coupon must reach the issuer to
+        get that coupon back (a keyed press that holds nothing still gets no queue ticket); so
+        do shoppers this process answered 503, who may hold a coupon without knowing it.
+        """
+        if (
+            self.sold_out.is_sold_out(event_id)
+            and "Idempotency-Key" not in headers
+            and (event_id, headers[USER_HEADER]) not in self.unsettled
+        ):
+            raise sold_out(event_id)
 
     async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
-        async with self.slot():
-            up = self.upstream.pick_issuer(affinity=headers[USER_HEADER])
-            answer = await self.upstream.call(
-                up, "POST", f"/internal/v1/events/{event_id}/issue", headers
-            )
-        if answer.status == 410 and b'"SOLD_OUT"' in answer.body:
-            if len(self.sold_out) > 10_000:
-                self.sold_out.clear()
-            self.sold_out[event_id] = (time.monotonic() + self.sold_out_seconds, answer)
+        user = headers[USER_HEADER]
+        try:
+            async with self.slot():
+                up = self.upstream.pick_issuer(affinity=user)
+                answer = await self.upstream.call(
+                    up, "POST", f"/internal/v1/events/{event_id}/issue", headers
+                )
+        except ProblemError as exc:
+            if exc.status == 503:
+                self.unsettled.add(event_id, user)
+            raise
+        if answer.status == 503:
+            self.unsettled.add(event_id, user)
         return answer
 
     def queued_body(self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo) -> dict:

@@ -82,7 +82,6 @@ class GatewaySettings:
     breaker_failures: int = 5
     breaker_open_seconds: float = 5.0
     spec_cache_seconds: float = 1.0
-    sold_out_cache_seconds: float = 1.0
     ticket_ttl_seconds: int = 1800
     sse_interval_seconds: float = 0.5
 
@@ -135,7 +134,6 @@ class GatewaySettings:
             breaker_failures=env_int(env, p + "BREAKER_FAILURES", 5),
             breaker_open_seconds=env_float(env, p + "BREAKER_OPEN_SECONDS", 5.0),
             spec_cache_seconds=env_float(env, p + "SPEC_CACHE_SECONDS", 1.0),
-            sold_out_cache_seconds=env_float(env, p + "SOLD_OUT_CACHE_SECONDS", 1.0),
             ticket_ttl_seconds=env_int(env, p + "TICKET_TTL_SECONDS", 1800),
             sse_interval_seconds=env_float(env, p + "SSE_INTERVAL_SECONDS", 0.5),
         )
