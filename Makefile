@@ -49,10 +49,11 @@ migrate: ## run the MySQL schema migrations
 audit: ## compare Redis issued records with MySQL rows for every event (docs/auditor.md)
 	$(RUN) flashcoupon-auditor --all
 
-lint: ## ruff lint and format check, import layering contracts
+lint: ## ruff lint and format check, import layering contracts, mypy (strict)
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) lint-imports
+	$(RUN) mypy
 
 fmt: ## ruff format and autofix
 	$(RUN) ruff format .

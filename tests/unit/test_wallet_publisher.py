@@ -42,7 +42,9 @@ def test_only_kafka_trouble_rebuilds_the_producer() -> None:
 
 def test_next_wait_backs_off_after_failures_runs_on_after_a_full_batch_else_polls() -> None:
     def wait(claimed: int, failures: int) -> float:
-        return next_wait(claimed, 500, failures, poll=1.0, retry_initial=0.2, retry_max=5.0)
+        return next_wait(
+            claimed, 500, failures, poll=1.0, retry_initial=0.2, retry_max=5.0, rand=lambda: 1.0
+        )
 
     assert [wait(0, n) for n in (1, 2, 3, 4, 5, 6, 100)] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
     assert wait(500, 0) == 0.0  # a full batch: more is probably waiting

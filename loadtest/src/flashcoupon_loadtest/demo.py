@@ -296,8 +296,8 @@ def _persisted_after(
     """Seconds from the last coupon's answer until MySQL held every issued coupon."""
     if summary["sell_out_seconds"] is None or not samples:
         return None
-    sold_out_at = min(r.t_start for r in records) + summary["sell_out_seconds"]
-    return max(0.0, _all_persisted_at(samples) - sold_out_at)
+    sold_out_at = min(r.t_start for r in records) + float(summary["sell_out_seconds"])
+    return float(max(0.0, float(_all_persisted_at(samples)) - sold_out_at))
 
 
 def _all_persisted_at(samples: list[tuple[float, int, int]]) -> float:

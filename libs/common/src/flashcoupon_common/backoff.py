@@ -14,5 +14,5 @@ from collections.abc import Callable
 def backoff_delay(
     attempt: int, *, base: float, cap: float, rand: Callable[[], float] = random.random
 ) -> float:
-    ceiling = min(cap, base * (2 ** min(attempt, 30)))
+    ceiling = min(cap, base * float(2 ** min(attempt, 30)))
     return ceiling / 2 + rand() * ceiling / 2

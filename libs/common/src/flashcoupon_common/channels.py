@@ -47,5 +47,5 @@ async def listen(
                 await asyncio.wait_for(stop.wait(), 1.0)
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
                 await client.aclose()

@@ -183,7 +183,8 @@ async def read_state(redis: RedisCluster, event_id: str) -> EventState | None:
     start, end, limit, paused, nt, ver = (_b(v) for v in cfg_vals)
     n_tiers = int(nt or 0)
     names = [
-        _b(v) or "" for v in await _hmget_list(redis, keys.config_key(event_id), "tn", n_tiers)
+        _b(v) or ""  # type: ignore[arg-type]
+        for v in await _hmget_list(redis, keys.config_key(event_id), "tn", n_tiers)
     ]
     fields = ["n", "q"] + [f"{p}{k}" for k in range(1, n_tiers + 1) for p in ("c", "i")]
     st = [int(v or 0) for v in await redis.hmget(keys.stock_key(event_id), fields)]

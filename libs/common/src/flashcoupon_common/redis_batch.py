@@ -222,7 +222,7 @@ class ScriptBatcher:
         if head is None:
             if len(self._prefixes) >= _PREFIX_CACHE_MAX:
                 self._prefixes.clear()  # e.g. per-user rate-limit keys: keep it bounded
-            parts = ("EVALSHA", item.script.sha, len(item.keys), *item.keys)
+            parts: tuple[Arg, ...] = ("EVALSHA", item.script.sha, len(item.keys), *item.keys)
             head = self._prefixes[key] = (len(parts), b"".join(_bulk(p) for p in parts))
         count, prefix = head
         return (
@@ -243,7 +243,7 @@ class ScriptBatcher:
             return
         queue = self._queues.get(node.name)
         if queue is None:
-            queue = self._queues[node.name] = _NodeQueue(node.host, node.port)
+            queue = self._queues[node.name] = _NodeQueue(node.host, int(node.port))
         queue.calls.append(item)
         if not queue.scheduled:
             queue.scheduled = True

@@ -186,7 +186,7 @@ class HTTPPool:
 
     @staticmethod
     async def _chunked(reader: asyncio.StreamReader) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
             if size == 0:

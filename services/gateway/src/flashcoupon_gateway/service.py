@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from flashcoupon_common import validation
 from flashcoupon_common.event_spec import AdmissionSpec
@@ -200,7 +201,9 @@ class Gateway:
             self.unsettled.add(event_id, user)
         return answer
 
-    def queued_body(self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo) -> dict:
+    def queued_body(
+        self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo
+    ) -> dict[str, Any]:
         assert info.spec is not None
         ticket = self.room.ticket(event_id, user, answer.n)
         rate = float(info.spec.admission.waiting_room_admit_per_second)

@@ -98,7 +98,7 @@ class GatewaySettings:
         if raw_ticket is None and secret is None:
             raise SettingsError(f"{p}TICKET_SECRET is required when {p}JWKS_URL is used")
         # Queue tickets are HMAC-signed; by default with a key derived from the JWT secret.
-        ticket = _check_secret(p + "TICKET_SECRET", raw_ticket) if raw_ticket else "t:" + secret
+        ticket = _check_secret(p + "TICKET_SECRET", raw_ticket) if raw_ticket else f"t:{secret}"
         limits = LimitSettings(
             ip_per_second=env_float(env, p + "IP_PER_SECOND", 100.0),
             ip_burst=env_int(env, p + "IP_BURST", 200),

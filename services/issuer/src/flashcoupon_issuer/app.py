@@ -69,7 +69,7 @@ async def listen_for_supply(
     """
     while not stop.is_set():
         node = redis.get_random_node()  # classic pub/sub is broadcast to every cluster node
-        client = Redis(host=node.host, port=node.port)
+        client = Redis(host=node.host, port=int(node.port))
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(keys.SUPPLY_CHANNEL, keys.SOLD_OUT_CHANNEL)
@@ -90,7 +90,7 @@ async def listen_for_supply(
                 await asyncio.wait_for(stop.wait(), 1.0)
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
                 await client.aclose()
 
 

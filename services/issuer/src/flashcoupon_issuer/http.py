@@ -170,6 +170,7 @@ class IssueEdge:
                 tp = value.decode("latin-1")
             elif name == DEADLINE_HEADER and value.isdigit() and len(value) < 9:
                 budget = int(value)  # ms the gateway still waits; malformed values are ignored
+        response: Response | None
         if raw_user and user is None:
             response = problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
         else:
@@ -198,9 +199,9 @@ class IssueEdge:
             if body is None:
                 if len(self._sold_out) >= 256:  # only sold-out events, but bounded over time
                     self._sold_out.clear()
-                body = self._sold_out[event_id] = problem(
-                    410, "SOLD_OUT", f"event {event_id} is sold out"
-                ).body
+                body = self._sold_out[event_id] = bytes(
+                    problem(410, "SOLD_OUT", f"event {event_id} is sold out").body
+                )
             headers = [(b"content-type", _PROBLEM), (b"content-length", b"%d" % len(body))]
             await send({"type": "http.response.start", "status": 410, "headers": headers})
             await send({"type": "http.response.body", "body": body})

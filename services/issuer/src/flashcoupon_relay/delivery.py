@@ -143,7 +143,7 @@ class Delivery:
                 }
                 groups = by_partition(batch, partitions, _PARTITIONER)
                 for (topic, partition), indices in groups.items():
-                    builder, members = producer.create_batch(), []
+                    builder, members = producer.create_batch(), list[int]()
                     for i in indices:
                         o = batch[i]
                         added = builder.append(

@@ -9,6 +9,7 @@ streams: discovering events, one producer for all of them, outbox metrics, and s
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 
@@ -102,12 +103,16 @@ class Relay:
                 self._delivery,
                 self.metrics,
                 self._shutdown,
-                registered=lambda e: e in self._registry,
+                registered=self._registered,
             )
             task = asyncio.create_task(stream.run(), name=f"relay:{event_id}")
             self._streams[event_id] = task
-            task.add_done_callback(lambda t, e=event_id: self._forget_stream(e, t))
+            task.add_done_callback(functools.partial(self._forget_stream, event_id))
             logger.info("relaying outbox of event %s", event_id)
+
+    def _registered(self, event_id: str) -> bool:
+        """Whether the event was in the registry at the last discovery."""
+        return event_id in self._registry
 
     def _forget_stream(self, event_id: str, task: asyncio.Task[None]) -> None:
         if self._streams.get(event_id) is task:
@@ -127,8 +132,9 @@ class Relay:
                 summary = {"pending": 0, "min": None}
             self.metrics.outbox_length.labels(event_id).set(length)
             self.metrics.outbox_pending.labels(event_id).set(summary["pending"])
-            age = entry_age_seconds(first[0][0], now_ms) if first else 0.0
+            first_id: bytes | str | None = first[0][0] if first else None
+            age = entry_age_seconds(first_id, now_ms) if first_id else 0.0
             self.metrics.oldest_age.labels(event_id).set(age)
-            oldest = summary["min"]
+            oldest: bytes | str | None = summary["min"]
             pending_age = entry_age_seconds(oldest, now_ms) if oldest else 0.0
             self.metrics.oldest_pending_age.labels(event_id).set(pending_age)

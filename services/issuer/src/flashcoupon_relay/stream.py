@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from flashcoupon_common import keys
 from flashcoupon_common.backoff import backoff_delay
@@ -120,7 +121,7 @@ class OutboxStream:
 
     async def _read(self, start: str, *, block: bool = False) -> Entries:
         s = self.settings
-        response = await self._redis.xreadgroup(
+        response: Any = await self._redis.xreadgroup(
             GROUP,
             s.consumer,
             {self.key: start},

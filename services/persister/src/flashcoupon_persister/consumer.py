@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
@@ -40,7 +40,7 @@ from .writer import BatchWriter, TransientWriteError, WriteTimeout
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Record = ConsumerRecord[bytes, bytes]
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 # How long a batch may keep failing before readiness says so: longer than a deadlock retry or
 # a short blip (a few backoff rounds), shorter than an operator would want to wait.

@@ -1,6 +1,6 @@
 """The wallet's composition root: `create_app` builds everything, the lifespan owns the clients.
 
-An engine or producer passed in belongs to the caller (tests) and is not closed here.
+An engine passed in belongs to the caller (tests) and is not closed here.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from flashcoupon_common.db.engine import create_engine
 from flashcoupon_common.http import exception_handlers, health_routes
+from flashcoupon_common.kafka_producer import ProducerFactory
 from flashcoupon_common.red_metrics import REDMiddleware
 from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -33,7 +33,7 @@ def create_app(
     settings: WalletSettings,
     *,
     engine: AsyncEngine | None = None,
-    producer: AIOKafkaProducer | None = None,
+    producer_factory: ProducerFactory | None = None,
 ) -> Starlette:
     clients: dict[str, Any] = {}
 
@@ -44,7 +44,7 @@ def create_app(
             db,
             settings.kafka.bootstrap,
             settings.redeemed_topic,
-            producer=producer,
+            producer_factory=producer_factory,
             batch_size=settings.publish_batch,
             poll_seconds=settings.publish_poll_seconds,
         )

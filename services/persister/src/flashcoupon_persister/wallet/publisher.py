@@ -20,10 +20,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from flashcoupon_common.backoff import backoff_delay
+from flashcoupon_common.kafka_producer import (
+    ProducerFactory,
+    ProducerHolder,
+    idempotent_producer_factory,
+)
 from prometheus_client import Counter, Gauge
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -80,11 +87,12 @@ def next_wait(
     poll: float,
     retry_initial: float,
     retry_max: float,
+    rand: Callable[[], float] = random.random,
 ) -> float:
-    """Seconds until the next pass: capped exponential backoff after failed passes, none after
-    a full batch (more is probably waiting), else the poll interval (a wake() cuts it short)."""
+    """Seconds until the next pass: the shared backoff after failed passes, none after a full
+    batch (more is probably waiting), else the poll interval (a wake() cuts it short)."""
     if failures:
-        return min(retry_max, retry_initial * 2 ** min(failures - 1, 30))
+        return backoff_delay(failures - 1, base=retry_initial, cap=retry_max, rand=rand)
     if claimed >= batch_size:
         return 0.0
     return poll
@@ -97,18 +105,18 @@ class RedeemedPublisher:
         bootstrap: str,
         topic: str,
         *,
-        producer: AIOKafkaProducer | None = None,
+        producer_factory: ProducerFactory | None = None,
         batch_size: int = 500,
         poll_seconds: float = 1.0,
         retry_initial: float = 0.2,
         retry_max: float = 5.0,
         send_timeout: float = 15.0,
     ) -> None:
-        self.bootstrap = bootstrap
         self.topic = topic
         self._engine = engine
-        self._producer = producer
-        self._owns_producer = producer is None
+        self._producer = ProducerHolder(
+            producer_factory or idempotent_producer_factory(bootstrap, request_timeout_ms=10_000)
+        )
         self._batch_size = batch_size
         self._poll = poll_seconds
         self._retry_initial = retry_initial
@@ -138,25 +146,26 @@ class RedeemedPublisher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._owns_producer:
-            await self._close_producer()
+        await self._producer.close()
         logger.info("coupon-redeemed publisher stopped; unsent entries stay in the outbox")
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         failures = 0
+        generation = 0  # of the producer the last pass used
         backlog_due = 0.0
         while not self._stop.is_set():
             self._wake.clear()
             claimed = 0
             try:
-                claimed = await self._publish_batch()
+                producer, generation = await self._producer.get()
+                claimed = await self._publish_batch(producer)
                 failures = 0
             except Exception as exc:  # noqa: BLE001 - every failure is retried; logged below
                 failures += 1
                 self._on_failure(exc)
-                if needs_new_producer(exc) and self._owns_producer:
-                    await self._close_producer()
+                if needs_new_producer(exc):
+                    await self._producer.recreate(generation, exc)
             if loop.time() >= backlog_due:
                 backlog_due = loop.time() + self._poll
                 await self._refresh_backlog()
@@ -180,7 +189,7 @@ class RedeemedPublisher:
         else:  # a bug must not end publishing, but it must be seen
             logger.exception("unexpected error publishing coupon-redeemed events")
 
-    async def _publish_batch(self) -> int:
+    async def _publish_batch(self, producer: AIOKafkaProducer) -> int:
         """One pass: claim, send, remove what Kafka acknowledged; the number of entries claimed.
 
         Raises the first send error after committing the removals of the acknowledged entries.
@@ -188,7 +197,9 @@ class RedeemedPublisher:
         async with outbox.claim(self._engine, self._batch_size) as batch:
             if not batch.entries:
                 return 0
-            results = await asyncio.wait_for(self._send(batch.entries), self._send_timeout)
+            results = await asyncio.wait_for(
+                self._send(producer, batch.entries), self._send_timeout
+            )
             acked, error = split_acked(batch.entries, results)
             await batch.remove(acked)
         PUBLISHED.inc(len(acked))
@@ -196,10 +207,11 @@ class RedeemedPublisher:
             raise error
         return len(batch.entries)
 
-    async def _send(self, entries: Sequence[OutboxEntry]) -> list[object]:
+    async def _send(
+        self, producer: AIOKafkaProducer, entries: Sequence[OutboxEntry]
+    ) -> list[object]:
         """If send() itself raises part-way, the claim rolls back and the whole batch is sent
         again: Kafka may then hold an event twice, which `code` lets consumers recognise."""
-        producer = await self._ensure_producer()
         futures = [await producer.send(self.topic, e.payload, key=e.key) for e in entries]
         return list(await asyncio.gather(*futures, return_exceptions=True))
 
@@ -214,27 +226,3 @@ class RedeemedPublisher:
             return
         PENDING.set(count)
         OLDEST.set(age)
-
-    async def _ensure_producer(self) -> AIOKafkaProducer:
-        if self._producer is None:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap,
-                enable_idempotence=True,  # implies acks=all
-                linger_ms=5,
-                request_timeout_ms=10_000,
-            )
-            try:
-                await producer.start()
-            except BaseException:
-                await producer.stop()
-                raise
-            self._producer = producer
-        return self._producer
-
-    async def _close_producer(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            # stop() flushes, which never ends while the broker is gone; the records it holds
-            # are still in the outbox, so give up after a while.
-            with contextlib.suppress(KafkaError, OSError, TimeoutError):
-                await asyncio.wait_for(producer.stop(), 5)

@@ -55,7 +55,7 @@ _COLUMNS = (
 )
 
 
-def _to_row(r: Row[Any]) -> CouponRow:
+def _to_row(r: Row[*tuple[Any, ...]]) -> CouponRow:
     m = r._mapping
     return CouponRow(
         event_id=m["event_id"],
