@@ -6,6 +6,7 @@ import orjson
 import pytest
 from aiokafka import errors as kafka_errors
 from aiokafka.partitioner import DefaultPartitioner
+from flashcoupon_common.kafka_producer import needs_new_producer
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import SettingsError
 from flashcoupon_relay.policy import (
@@ -14,7 +15,6 @@ from flashcoupon_relay.policy import (
     by_partition,
     consumers_to_forget,
     entry_age_seconds,
-    needs_new_producer,
     plan_batch,
     should_retire,
     split_results,

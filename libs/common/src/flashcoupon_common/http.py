@@ -25,6 +25,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from flashcoupon_common.problems import ProblemError as ProblemError
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
@@ -54,26 +56,6 @@ class JSONResponse(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
-
-
-class ProblemError(Exception):
-    """An error answered to the client as problem+json."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        detail: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.headers = dict(headers or {})
-        self.extra = extra
 
 
 def problem_body(status: int, code: str, detail: str, **extra: Any) -> bytes:

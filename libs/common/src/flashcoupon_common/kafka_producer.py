@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 
 from aiokafka import AIOKafkaProducer
+from aiokafka import errors as kafka_errors
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,32 @@ def idempotent_producer_factory(
         )
 
     return make
+
+
+# Errors after which an idempotent producer cannot be trusted to make progress: its sequence
+# numbers or epoch no longer match the broker's (the known aiokafka hang after a broker blip).
+_FATAL = (
+    kafka_errors.OutOfOrderSequenceNumber,
+    kafka_errors.ProducerFenced,
+    kafka_errors.UnknownProducerId,
+    kafka_errors.InvalidProducerEpoch,
+    kafka_errors.ProducerClosed,
+    kafka_errors.IllegalStateError,
+)
+
+
+def needs_new_producer(exc: BaseException) -> bool:
+    """Recreate the producer, or just retry with the same one?
+
+    Retriable Kafka errors (no leader, connection refused, ...) are retried by the same
+    producer. Everything else — fatal producer states, non-retriable errors, our own delivery
+    timeout (a producer that did not answer in time may be stuck) — gets a fresh producer.
+    """
+    if isinstance(exc, _FATAL):
+        return True
+    if isinstance(exc, kafka_errors.KafkaError):
+        return not exc.retriable
+    return True
 
 
 class ProducerHolder:

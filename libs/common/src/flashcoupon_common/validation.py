@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashcoupon_common.http import ProblemError
+from flashcoupon_common.problems import ProblemError
 
 # The codes answered for malformed input (the vocabulary docs/openapi.json lists).
 INVALID_EVENT_ID = "INVALID_EVENT_ID"

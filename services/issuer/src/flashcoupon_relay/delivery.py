@@ -17,14 +17,13 @@ from typing import Any
 from aiokafka.partitioner import DefaultPartitioner
 from flashcoupon_common import keys
 from flashcoupon_common.backoff import backoff_delay
-from flashcoupon_common.kafka_producer import ProducerHolder
+from flashcoupon_common.kafka_producer import ProducerHolder, needs_new_producer
 from redis.asyncio.cluster import RedisCluster
 
 from flashcoupon_relay.metrics import RelayMetrics
 from flashcoupon_relay.policy import (
     Outgoing,
     by_partition,
-    needs_new_producer,
     plan_batch,
     split_results,
 )

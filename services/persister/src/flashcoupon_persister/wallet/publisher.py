@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from flashcoupon_common import kafka_producer
 from flashcoupon_common.backoff import backoff_delay
 from flashcoupon_common.kafka_producer import (
     ProducerFactory,
@@ -71,12 +72,11 @@ def split_acked(
 
 
 def needs_new_producer(error: BaseException) -> bool:
-    """A database error says nothing about the producer; a retriable Kafka error (no leader,
-    connection refused) is retried by the same one; anything else — a non-retriable Kafka error,
-    a send that timed out, a bug — gets a fresh producer."""
+    """A database error says nothing about the producer; any other error is judged by the
+    library's rule (kafka_producer.needs_new_producer)."""
     if isinstance(error, SQLAlchemyError):
         return False
-    return not getattr(error, "retriable", False)
+    return kafka_producer.needs_new_producer(error)
 
 
 def next_wait(
