@@ -22,7 +22,7 @@ SECRET = "0123456789abcdef0123456789abcdef"  # the gateway's JWT secret is check
         ("flashcoupon_issuer", "FLASHCOUPON_REDIS_NODES"),
         ("flashcoupon_relay", "FLASHCOUPON_REDIS_NODES"),
         ("flashcoupon_persister", "FLASHCOUPON_KAFKA_BOOTSTRAP"),
-        ("flashcoupon_persister.wallet", "FLASHCOUPON_MYSQL_URL"),
+        ("flashcoupon_wallet", "FLASHCOUPON_MYSQL_URL"),
         ("flashcoupon_operator", "FLASHCOUPON_REDIS_NODES"),
     ],
 )

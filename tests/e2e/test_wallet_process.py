@@ -44,11 +44,11 @@ async def wait_ready(url: str, proc: subprocess.Popen[Any], wait_s: float = 30) 
 def start_wallet(
     stack: Stack, mysql_url: str, topic: str, *, output: int = subprocess.PIPE, **env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m flashcoupon_persister.wallet` on a free port, against this database and
+    """`python -m flashcoupon_wallet` on a free port, against this database and
     topic (`env` adds or overrides variables); returns the process and its base URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flashcoupon_persister.wallet", "--port", str(port)],
+        [sys.executable, "-m", "flashcoupon_wallet", "--port", str(port)],
         env={
             **stack.env(),
             "FLASHCOUPON_MYSQL_URL": mysql_url,
@@ -98,7 +98,7 @@ async def test_wallet_process_serves_and_stops_cleanly(
 def test_bad_configuration_fails_start_up_naming_the_variable() -> None:
     def start(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            [sys.executable, "-m", "flashcoupon_persister.wallet"],
+            [sys.executable, "-m", "flashcoupon_wallet"],
             env={**env, "PATH": "/usr/bin:/bin"},
             capture_output=True,
             timeout=60,

@@ -54,8 +54,8 @@ APPS = {
         "flashcoupon_persister.app",
     ),
     "flashcoupon-wallet": (
-        "flashcoupon_persister.wallet.settings:WalletSettings",
-        "flashcoupon_persister.wallet.app",
+        "flashcoupon_wallet.settings:WalletSettings",
+        "flashcoupon_wallet.app",
     ),
 }
 MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule"}

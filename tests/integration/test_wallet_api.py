@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaConsumer
 from flashcoupon_common.db.schema import coupon_events, user_coupons
 from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_common.settings import MysqlSettings
-from flashcoupon_persister.wallet.app import create_app
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.app import create_app
+from flashcoupon_wallet.settings import WalletSettings
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette

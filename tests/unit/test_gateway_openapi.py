@@ -44,7 +44,7 @@ ROOT = Path(__file__).parents[2]
 EMITTERS = [
     *sorted((ROOT / "services/gateway/src/flashcoupon_gateway").glob("*.py")),
     ROOT / "services/issuer/src/flashcoupon_issuer/http.py",
-    *sorted((ROOT / "services/persister/src/flashcoupon_persister/wallet").glob("*.py")),
+    *sorted((ROOT / "services/persister/src/flashcoupon_wallet").glob("*.py")),
     ROOT / "libs/common/src/flashcoupon_common/http.py",
     ROOT / "libs/common/src/flashcoupon_common/httpserver.py",
     ROOT / "libs/common/src/flashcoupon_common/validation.py",

@@ -11,7 +11,7 @@ from flashcoupon_common.http import ProblemError
 from flashcoupon_gateway import service as gateway
 from flashcoupon_issuer import http as issuer
 from flashcoupon_operator.manifest import ManifestError, parse_manifests
-from flashcoupon_persister.wallet.redemption import parse_request
+from flashcoupon_wallet.redemption import parse_request
 
 
 def refused(call: Any, *args: Any) -> tuple[int, str]:

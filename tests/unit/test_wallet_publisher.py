@@ -9,10 +9,10 @@ import pytest
 from aiokafka import errors as kafka_errors
 from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_common.settings import SettingsError
-from flashcoupon_persister.wallet.outbox import OutboxEntry
-from flashcoupon_persister.wallet.publisher import needs_new_producer, next_wait, split_acked
-from flashcoupon_persister.wallet.redemption import Redemption, redeemed_event
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.outbox import OutboxEntry
+from flashcoupon_wallet.publisher import needs_new_producer, next_wait, split_acked
+from flashcoupon_wallet.redemption import Redemption, redeemed_event
+from flashcoupon_wallet.settings import WalletSettings
 from sqlalchemy.exc import OperationalError
 
 from tests.support.env import LOCAL

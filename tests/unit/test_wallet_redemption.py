@@ -6,7 +6,7 @@ import pytest
 from flashcoupon_common.http import ProblemError
 from flashcoupon_common.messages import Discount
 from flashcoupon_common.settings import SettingsError
-from flashcoupon_persister.wallet.redemption import (
+from flashcoupon_wallet.redemption import (
     AlreadyRedeemed,
     CouponNotFound,
     CouponRow,
@@ -19,7 +19,7 @@ from flashcoupon_persister.wallet.redemption import (
     parse_request,
     plan,
 )
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.settings import WalletSettings
 
 from tests.support.env import LOCAL
 

@@ -21,10 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 
-from flashcoupon_persister.wallet.http import on_database_unavailable, on_redemption_error, routes
-from flashcoupon_persister.wallet.publisher import RedeemedPublisher
-from flashcoupon_persister.wallet.redemption import RedemptionError
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.http import on_database_unavailable, on_redemption_error, routes
+from flashcoupon_wallet.publisher import RedeemedPublisher
+from flashcoupon_wallet.redemption import RedemptionError
+from flashcoupon_wallet.settings import WalletSettings
 
 logger = logging.getLogger(__name__)
 

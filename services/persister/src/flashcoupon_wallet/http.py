@@ -21,9 +21,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from flashcoupon_persister.wallet import store
-from flashcoupon_persister.wallet.publisher import RedeemedPublisher
-from flashcoupon_persister.wallet.redemption import (
+from flashcoupon_wallet import store
+from flashcoupon_wallet.publisher import RedeemedPublisher
+from flashcoupon_wallet.redemption import (
     MAX_USER_ID,
     CouponRow,
     RedemptionError,
@@ -31,7 +31,7 @@ from flashcoupon_persister.wallet.redemption import (
     iso_utc,
     parse_request,
 )
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.settings import WalletSettings
 
 logger = logging.getLogger(__name__)
 

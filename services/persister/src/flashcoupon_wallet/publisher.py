@@ -36,8 +36,8 @@ from prometheus_client import Counter, Gauge
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from flashcoupon_persister.wallet import outbox
-from flashcoupon_persister.wallet.outbox import OutboxEntry
+from flashcoupon_wallet import outbox
+from flashcoupon_wallet.outbox import OutboxEntry
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import uvicorn
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import SettingsError
 
-from flashcoupon_persister.wallet.app import create_app
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.app import create_app
+from flashcoupon_wallet.settings import WalletSettings
 
 logger = logging.getLogger(__name__)
 

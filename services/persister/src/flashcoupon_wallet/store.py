@@ -20,8 +20,8 @@ from flashcoupon_common.messages import Discount
 from sqlalchemy import Row, Update, and_, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from flashcoupon_persister.wallet import outbox
-from flashcoupon_persister.wallet.redemption import (
+from flashcoupon_wallet import outbox
+from flashcoupon_wallet.redemption import (
     CouponRow,
     RedeemRequest,
     Redemption,
