@@ -89,6 +89,12 @@ def pack(*parts: Arg) -> bytes:
     return b"*%d\r\n" % len(parts) + b"".join(_bulk(p) for p in parts)
 
 
+def make_reader() -> hiredis.Reader:
+    """A RESP reader whose error replies are redis-py's exception classes (NoScriptError,
+    MovedError, ...), so retries and redirects are decided as redis-py would."""
+    return hiredis.Reader(replyError=BaseParser.parse_error)
+
+
 class _NodeConnection:
     """One connection to one node: raw asyncio streams and a hiredis reply parser."""
 
@@ -97,8 +103,7 @@ class _NodeConnection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
-        # Error replies become redis-py's exception classes (NoScriptError, MovedError, ...).
-        self.parser = hiredis.Reader(replyError=BaseParser.parse_error)
+        self.parser = make_reader()
 
     @classmethod
     async def open(cls, host: str, port: int) -> _NodeConnection:
