@@ -1,15 +1,15 @@
 """The batcher's reply parser turns Redis error replies into redis-py's exception classes.
 
-redis_batch.py borrows redis-py's private `BaseParser.parse_error` for that (pinned to redis
-<9 in libs/common/pyproject.toml): if an upgrade changes it, this test says so before a MOVED
-or NOSCRIPT reply turns into a generic error in production.
+resp.py (the batcher's wire code) borrows redis-py's private `BaseParser.parse_error` for that
+(redis pinned <9 in libs/common/pyproject.toml): if an upgrade changes it, this test says so
+before a MOVED or NOSCRIPT reply turns into a generic error in production.
 """
 
 from __future__ import annotations
 
 import hiredis
 import pytest
-from flashcoupon_common.redis_batch import make_reader
+from flashcoupon_common.resp import make_reader
 from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError, TryAgainError
 
 
