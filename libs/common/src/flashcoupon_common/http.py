@@ -122,13 +122,28 @@ async def _on_unexpected(request: Request, exc: Exception) -> Response:
     return problem(500, "INTERNAL", "internal error; it has been logged")
 
 
-def exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+ExceptionTable = dict[Any, Callable[[Request, Exception], Awaitable[Response]]]
+
+
+def exception_handlers() -> ExceptionTable:
+    """The shared exception table: an app adds its own entries (e.g. store errors → 503)."""
     return {
         ProblemError: _on_problem,
         HTTPException: _on_http,
         ClientDisconnect: _on_disconnect,
         Exception: _on_unexpected,
     }
+
+
+async def error_response(table: ExceptionTable, request: Request, exc: Exception) -> Response:
+    """The answer `table` gives for `exc`, found as Starlette finds it (the nearest class in
+    the exception's MRO): hot routes served outside Starlette translate errors exactly as the
+    app's exception handlers do."""
+    for cls in type(exc).__mro__:
+        handler = table.get(cls)
+        if handler is not None:
+            return await handler(request, exc)
+    raise exc
 
 
 async def json_body(request: Request, *, max_bytes: int = 16_384) -> dict[str, Any]:

@@ -15,20 +15,21 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from flashcoupon_common import event_state, validation
 from flashcoupon_common.http import (
     PROBLEM_JSON,
     JSONResponse,
     ProblemError,
+    error_response,
     problem,
     user_from_header,
 )
-from flashcoupon_common.red_metrics import HTTP_DURATION, HTTP_REQUESTS
+from flashcoupon_common.red_metrics import RouteMetrics
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from flashcoupon_issuer.issuance import Coupon, IssuerUnavailable, IssueService, Outcome
 
@@ -116,16 +117,17 @@ class IssueEdge:
     Why not a Starlette route: this is the one hot endpoint, and Starlette's routing, Request
     object and middleware stack cost more CPU per request than the issuing itself once Redis
     calls are batched. Here the path is split by hand, headers are read in one pass, a known
-    sold-out event is answered from pre-built bytes, and the RED metrics are recorded with the
-    same names and labels REDMiddleware uses (it never sees these requests). Everything else
-    falls through to the Starlette app.
+    sold-out event is answered with a response rendered once, errors are translated through
+    the app's own exception table and the RED metrics recorded as REDMiddleware records them
+    (flashcoupon_common's error_response and RouteMetrics, shared with the gateway's fast
+    path). Everything else falls through to the Starlette app.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: Starlette) -> None:
         self.app = app
-        self._requests: dict[int, Any] = {}
-        self._duration = HTTP_DURATION.labels("issuer", ISSUE_ROUTE, "POST")
-        self._sold_out: dict[str, bytes] = {}
+        self._errors = app.exception_handlers
+        self._metrics = RouteMetrics("issuer", ISSUE_ROUTE, "POST")
+        self._sold_out: dict[str, Response] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -140,23 +142,15 @@ class IssueEdge:
         start = time.perf_counter()
         event_id = path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)]
         try:
-            status = await self._issue(scope, receive, send, event_id)
-        except Exception:
-            # Deliberately absorbed: the client gets a problem document, the log the trace.
-            logger.exception("unhandled error issuing for %s", event_id)
-            status = 500
-            await problem(500, "INTERNAL", "internal error; it has been logged")(
-                scope, receive, send
-            )
-        counter = self._requests.get(status)
-        if counter is None:
-            counter = self._requests[status] = HTTP_REQUESTS.labels(
-                "issuer", ISSUE_ROUTE, "POST", str(status)
-            )
-        counter.inc()
-        self._duration.observe(time.perf_counter() - start)
+            response = await self._issue(scope, event_id)
+        except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
+            response = await error_response(self._errors, Request(scope, receive), exc)
+        try:
+            await response(scope, receive, send)
+        finally:
+            self._metrics.record(response.status_code, start)
 
-    async def _issue(self, scope: Scope, receive: Receive, send: Send, event_id: str) -> int:
+    async def _issue(self, scope: Scope, event_id: str) -> Response:
         user = key = tp = None
         budget: int | None = None
         raw_user = b""
@@ -176,8 +170,7 @@ class IssueEdge:
         else:
             response = _check(event_id, user, key)
         if response is not None:
-            await response(scope, receive, send)
-            return response.status_code
+            return response
         assert user is not None
         service: IssueService = scope["state"]["service"]
         if tp and not TRACEPARENT_RE.fullmatch(tp):
@@ -194,42 +187,24 @@ class IssueEdge:
         except IssuerUnavailable as exc:
             logger.warning("issue for %s unavailable: %s", event_id, exc)
             outcome = None
-        if outcome is not None and outcome.status == "SOLD_OUT":
-            body = self._sold_out.get(event_id)
-            if body is None:
-                if len(self._sold_out) >= 256:  # only sold-out events, but bounded over time
-                    self._sold_out.clear()
-                body = self._sold_out[event_id] = bytes(
-                    problem(410, "SOLD_OUT", f"event {event_id} is sold out").body
-                )
-            headers = [(b"content-type", _PROBLEM), (b"content-length", b"%d" % len(body))]
-            await send({"type": "http.response.start", "status": 410, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return 410
-        if outcome is not None and outcome.status == "ISSUED":
-            # the common answer while stock lasts: written directly, like SOLD_OUT above
-            body = orjson.dumps(coupon_json(event_id, user, outcome.coupons[0]))
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ]
-            if outcome.replay:
-                headers.append((b"idempotent-replayed", b"true"))
-            await send({"type": "http.response.start", "status": 201, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return 201
         if outcome is None:
-            response = problem(
+            return problem(
                 503,
                 "SERVICE_UNAVAILABLE",
                 "coupon store unreachable; retry: if a coupon was issued to you, the retry "
                 "returns it",
                 headers={"Retry-After": "1"},
             )
-        else:
-            response = outcome_response(event_id, user, outcome)
-        await response(scope, receive, send)
-        return response.status_code
+        if outcome.status == "SOLD_OUT":
+            # The common answer after the first seconds: the same for everyone, rendered once
+            # (a Response holds no per-request state and can be sent again).
+            sold_out = self._sold_out.get(event_id)
+            if sold_out is None:
+                if len(self._sold_out) >= 256:  # only sold-out events, but bounded over time
+                    self._sold_out.clear()
+                sold_out = self._sold_out[event_id] = outcome_response(event_id, user, outcome)
+            return sold_out
+        return outcome_response(event_id, user, outcome)
 
 
 def _check(event_id: str, user: str | None, key: str | None) -> Response | None:

@@ -8,6 +8,7 @@ ended event's stock gauge too.
 
 from __future__ import annotations
 
+from flashcoupon_common.red_metrics import Children
 from prometheus_client import Counter, Gauge
 
 ISSUANCE = Counter(
@@ -32,48 +33,29 @@ UNCONFIRMED = Counter(
     "confirmed them in time (each one is lost if the master dies before replicating it)",
 )
 
-_children: dict[tuple[str, str], object] = {}
+# Children, not labels(): labels() takes a lock and builds a tuple per call on the hot path.
+_outcomes = Children(ISSUANCE)
+_stock = Children(STOCK_REMAINING)
+_local = Children(SOLD_OUT_LOCAL)
 
 
 def count_outcome(event_id: str, outcome: str) -> None:
-    # labels() takes a lock and builds a tuple per call; the hot path reuses the children.
-    key = (event_id if outcome != "NOT_FOUND" else "unknown", outcome)
-    child = _children.get(key)
-    if child is None:
-        child = _children[key] = ISSUANCE.labels(*key)
-    child.inc()  # type: ignore[attr-defined]
-
-
-_stock: dict[str, object] = {}
+    _outcomes(event_id if outcome != "NOT_FOUND" else "unknown", outcome).inc()
 
 
 def set_remaining(event_id: str, remaining: int) -> None:
-    child = _stock.get(event_id)
-    if child is None:
-        child = _stock[event_id] = STOCK_REMAINING.labels(event_id)
-    child.set(remaining)  # type: ignore[attr-defined]
-
-
-_local: dict[str, object] = {}
+    _stock(event_id).set(remaining)
 
 
 def count_sold_out_local(event_id: str) -> None:
-    child = _local.get(event_id)
-    if child is None:
-        child = _local[event_id] = SOLD_OUT_LOCAL.labels(event_id)
-    child.inc()  # type: ignore[attr-defined]
+    _local(event_id).inc()
 
 
 def forget_stock(event_id: str) -> None:
-    if _stock.pop(event_id, None) is not None:
-        STOCK_REMAINING.remove(event_id)
+    _stock.forget(event_id)
 
 
 def forget_event(event_id: str) -> None:
     """Remove every series labelled with `event_id` (the event was deleted)."""
-    forget_stock(event_id)
-    if _local.pop(event_id, None) is not None:
-        SOLD_OUT_LOCAL.remove(event_id)
-    for key in [k for k in _children if k[0] == event_id]:
-        del _children[key]
-        ISSUANCE.remove(*key)
+    for children in (_stock, _local, _outcomes):
+        children.forget(event_id)
