@@ -15,6 +15,7 @@ from starlette.routing import Route
 from flashcoupon_gateway.ratelimit import rate_headers
 from flashcoupon_gateway.service import (
     Gateway,
+    Queued,
     checked_code,
     checked_event_id,
     sold_out,
@@ -55,20 +56,18 @@ async def issue(request: Request) -> Response:
     event_id = checked_event_id(request.path_params["eventId"])
     await optional_json_body(request, g.settings.max_body_bytes)
     headers = upstream_headers(request, principal.user_id)
-    info = await g.specs.get(event_id)
-    g.check_sold_out(event_id, headers)
-    outcomes, queued = await g.admit_issue(request, event_id, principal.user_id, info)
-    limits = rate_headers(outcomes)
-    if queued is not None:
-        body = g.queued_body(event_id, principal.user_id, queued, info)
-        return JSONResponse(body, 202, headers={**limits, "Location": body["statusUrl"]})
-    return relay(await g.issue(event_id, headers), limits)
+    result = await g.press(event_id, principal.user_id, g.client_ip(request), headers)
+    limits = rate_headers(result.limits)
+    if isinstance(result, Queued):
+        location = result.body["statusUrl"]
+        return JSONResponse(result.body, 202, headers={**limits, "Location": location})
+    return relay(result.answer, limits)
 
 
 async def event_state(request: Request) -> Response:
     g = gw(request)
     event_id = checked_event_id(request.path_params["eventId"])
-    outcomes = await g.limiter.check_all([[g.ip_check(request)]])
+    outcomes = await g.limiter.check_all([[g.ip_check(g.client_ip(request))]])
     # Public state may be approximate: one upstream read per event every half second at most.
     hit = g.event_cache.get(event_id)
     if hit is not None and time.monotonic() - hit[0] < 0.5:
@@ -87,7 +86,7 @@ async def my_coupons(request: Request) -> Response:
     g = gw(request)
     principal = await g.principal(request)
     limit = validation.limit(request.query_params.get("limit"))
-    checks = g.client_checks(request, g.api_user_check(principal.user_id))
+    checks = g.client_checks(g.client_ip(request), g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = upstream_headers(request, principal.user_id)
     async with g.slot():
@@ -104,7 +103,7 @@ async def redeem(request: Request) -> Response:
     # The wallet checks the same rules; checking here too keeps bad input off the upstream.
     validation.order_id(body)
     validation.order_amount(body)
-    checks = g.client_checks(request, g.api_user_check(principal.user_id))
+    checks = g.client_checks(g.client_ip(request), g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = {**upstream_headers(request, principal.user_id), "Content-Type": "application/json"}
     async with g.slot():
@@ -125,7 +124,7 @@ async def queue_status(request: Request) -> Response:
     info = await g.specs.get(event_id)
     if info.spec is None or not info.spec.admission.waiting_room_enabled:
         raise ProblemError(404, "NO_WAITING_ROOM", "this event has no waiting room")
-    await g.limiter.check_all([[g.ip_check(request)]])
+    await g.limiter.check_all([[g.ip_check(g.client_ip(request))]])
     rate = float(info.spec.admission.waiting_room_admit_per_second)
     if "text/event-stream" in request.headers.get("accept", ""):
         stream = sse(g, request, event_id, user, n, rate, info.start_ms)

@@ -104,6 +104,22 @@ class _Slot:
         self.g.in_flight -= 1
 
 
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """A press the issuer answered; `limits` are the rate-limit outcomes for the headers."""
+
+    answer: Answer
+    limits: list[Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A press given a waiting-room ticket (the 202 body)."""
+
+    body: dict[str, Any]
+    limits: list[Outcome]
+
+
 @dataclass
 class Gateway:
     settings: GatewaySettings
@@ -128,27 +144,40 @@ class Gateway:
     async def principal(self, request: Request) -> Principal:
         return await self.auth.authenticate(request.headers.get("authorization"))
 
-    def ip_check(self, request: Request) -> Check:
+    def client_ip(self, request: Request) -> str:
+        """The shopper's address: the peer, or X-Forwarded-For behind trusted proxies."""
+        return client_ip(request, self.settings.limits.trusted_proxies)
+
+    def ip_check(self, ip: str) -> Check:
         lim = self.settings.limits
-        ip = client_ip(request, lim.trusted_proxies)
         return Check("ip", ip_key(ip), gcra.Limit(lim.ip_per_second, lim.ip_burst))
 
-    def client_checks(self, request: Request, user_check: Check) -> list[Check]:
-        return [self.ip_check(request), user_check]
+    def client_checks(self, ip: str, user_check: Check) -> list[Check]:
+        return [self.ip_check(ip), user_check]
+
+    async def press(
+        self, event_id: str, user: str, ip: str, headers: dict[str, str]
+    ) -> Forwarded | Queued:
+        """The whole issue flow for an authenticated press: sold-out at the edge, rate limits,
+        admission or a waiting-room ticket, then the issuer's answer."""
+        info = await self.specs.get(event_id)
+        self.check_sold_out(event_id, headers)
+        outcomes, queued = await self.admit_issue(ip, event_id, user, info)
+        if queued is not None:
+            return Queued(self.queued_body(event_id, user, queued, info), outcomes)
+        return Forwarded(await self.issue(event_id, headers), outcomes)
 
     def api_user_check(self, user: str) -> Check:
         lim = self.settings.limits
         return Check("user", user_key(user, "api"), gcra.Limit(lim.user_per_second, lim.user_burst))
 
     async def admit_issue(
-        self, request: Request, event_id: str, user: str, info: EventInfo
+        self, ip: str, event_id: str, user: str, info: EventInfo
     ) -> tuple[list[Outcome], RoomAnswer | None]:
         """Rate limits and admission for an issue request; a RoomAnswer when it was queued."""
         adm = info.spec.admission if info.spec is not None else AdmissionSpec()
         per_user = gcra.Limit(adm.per_user_per_second, adm.per_user_burst)
-        client = self.client_checks(
-            request, Check("user", user_key(user, "ev:" + event_id), per_user)
-        )
+        client = self.client_checks(ip, Check("user", user_key(user, "ev:" + event_id), per_user))
         if info.spec is not None and adm.waiting_room_enabled:
             # A holder's retry (after a 201, or a 503 whose coupon was issued) skips the room:
             # the issuer answers it with the coupon (a keyed replay or DUPLICATE), at once and
