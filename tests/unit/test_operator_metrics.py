@@ -36,8 +36,8 @@ def test_phase_counters_and_forget() -> None:
     assert _value("flashcoupon_operator_event_issued", event="ev-m") == 7
     assert _value("flashcoupon_operator_event_persisted", event="ev-m") == 5
 
-    metrics.observe_event(_status("ev-m", "Active", 7, 5), failed=True)
-    assert _value("flashcoupon_operator_event_phase", event="ev-m", phase="Failed") == 1
+    metrics.observe_event(_status("ev-m", "SoldOut", 10, 10))
+    assert _value("flashcoupon_operator_event_phase", event="ev-m", phase="SoldOut") == 1
     assert _value("flashcoupon_operator_event_phase", event="ev-m", phase="Active") == 0
 
     metrics.observe_event(_status("ev-m", "Preloading", None, 0))  # state dropped: no issued

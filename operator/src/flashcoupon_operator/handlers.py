@@ -109,7 +109,7 @@ async def reconcile(
     if failed and error is None:
         status["phase"] = "Failed"  # refused before anything ran: nothing to show but why
     if event is not None:
-        metrics.observe_event(event, failed=error is not None)
+        metrics.observe_event(event)
     return status, error
 
 
@@ -160,12 +160,12 @@ async def refresh(
         metrics.count("refresh", "error")
         return
     generation = int(meta.get("generation", 0))
+    metrics.observe_event(event)  # a preload that keeps failing stays visible as Preloading
     if event.issued is None and event.phase == "Preloading":
         new, error = await reconcile(name, spec, generation=generation, previous=status, memo=memo)
         patch.status.update(new)
         metrics.count("refresh", "error" if error else "ok")
         return
-    metrics.observe_event(event)
     metrics.count("refresh", "ok")
     # Keep the last plan's verdict (conditions, message); refresh what changes by itself.
     fresh = cr_status(

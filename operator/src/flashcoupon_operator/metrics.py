@@ -54,15 +54,14 @@ def count(handler: str, result: str) -> None:
         LAST_SUCCESS.set_to_current_time()
 
 
-def observe_event(event: EventStatus, *, failed: bool = False) -> None:
-    """Export what one status read saw (`failed`: the last apply failed, phase Failed)."""
+def observe_event(event: EventStatus) -> None:
+    """Export what one status read saw."""
     name = event.event_id
     if event.phase is None:  # the catalog row is marked deleted
         forget_event(name)
         return
-    current = "Failed" if failed else event.phase
     for phase in PHASES:
-        PHASE.labels(name, phase).set(1 if phase == current else 0)
+        PHASE.labels(name, phase).set(1 if phase == event.phase else 0)
     QUANTITY.labels(name).set(event.quantity)
     PERSISTED.labels(name).set(event.persisted)
     if event.issued is not None:
