@@ -35,12 +35,20 @@ UNCONFIRMED = Counter(
 _children: dict[tuple[str, str], object] = {}
 
 
+# Every outcome of an event starts at 0 when the event is first answered about (typically
+# NOT_STARTED before the doors open): rate() cannot see the increments a series is born with.
+OUTCOMES = ("ISSUED", "DUPLICATE", "SOLD_OUT", "NOT_STARTED", "ENDED", "PAUSED", "NOT_DURABLE")
+
+
 def count_outcome(event_id: str, outcome: str) -> None:
     # labels() takes a lock and builds a tuple per call; the hot path reuses the children.
     key = (event_id if outcome != "NOT_FOUND" else "unknown", outcome)
     child = _children.get(key)
     if child is None:
-        child = _children[key] = ISSUANCE.labels(*key)
+        if outcome != "NOT_FOUND":
+            for other in OUTCOMES:
+                _children.setdefault((event_id, other), ISSUANCE.labels(event_id, other))
+        child = _children.setdefault(key, ISSUANCE.labels(*key))
     child.inc()  # type: ignore[attr-defined]
 
 
