@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -244,8 +243,10 @@ class Query:
     threshold: str = ""  # alerts: "> 0.1" (their measured series is `expr`)
 
 
-def substitute(expr: str, variables: Mapping[str, str]) -> str:
-    out = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__range", RANGE)
+def substitute(
+    expr: str, variables: Mapping[str, str], rate_interval: str = RATE_INTERVAL, range_: str = RANGE
+) -> str:
+    out = expr.replace("$__rate_interval", rate_interval).replace("$__range", range_)
     for name, value in variables.items():
         out = out.replace(f"${{{name}}}", value).replace(f"${name}", value)
     return out
@@ -409,10 +410,9 @@ async def _drop(
     from flashcoupon_loadtest.scenarios import Burst
     from flashcoupon_loadtest.tokens import DEFAULT_AUDIENCE, DEMO_SECRET
 
-    start_at = datetime.now(UTC) + timedelta(seconds=5)
+    start_at = datetime.now(UTC) + timedelta(seconds=4)
     doc = demo_manifest(DEFAULT_MANIFEST, name=event_id, quantity=coupons, start_at=start_at)
     await asyncio.to_thread(couponctl_apply, doc, STATE / "manifests", env)
-    await asyncio.to_thread(_press_early, services.issuer_urls, event_id)
     redis = create_redis_cluster(RedisSettings.from_env(env))
     engine = create_engine(MysqlSettings.from_env(env), pool_size=2)
     try:
@@ -430,26 +430,6 @@ async def _drop(
         await engine.dispose()
 
 
-def _press_early(issuer_urls: Sequence[str], event_id: str) -> None:
-    """One shopper per issuer presses before the doors open (409 NOT_STARTED), as real ones do:
-    the issuers then export the event's outcome series at 0 before the burst, so a rate over
-    them sees every coupon, also those of the first scrape interval."""
-    from flashcoupon_common.http import USER_HEADER
-
-    for i, url in enumerate(issuer_urls):
-        request = urllib.request.Request(
-            f"{url}/internal/v1/events/{event_id}/issue",
-            data=b"",
-            method="POST",
-            headers={USER_HEADER: f"early-bird-{i}"},
-        )
-        try:
-            urllib.request.urlopen(request, timeout=10).close()
-        except urllib.error.HTTPError as exc:
-            if exc.code != 409:
-                raise
-
-
 async def _delete_event(event_id: str, env: Mapping[str, str]) -> None:
     from flashcoupon_common.event_state import delete_state
     from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -462,8 +442,31 @@ async def _delete_event(event_id: str, env: Mapping[str, str]) -> None:
         await redis.aclose()
 
 
-def run_check(*, users: int = 3000, coupons: int = 300, workdir: Path = STATE) -> CheckReport:
-    """The whole check: Prometheus + services + burst + evaluation. Stops what it started."""
+def render_drop_overview(
+    prom: Prometheus, out: Path, *, start: float, end: float, event_id: str, subtitle: str = ""
+) -> int:
+    """loadtest/results/dashboard.png: the drop overview's panels over [start, end]."""
+    from flashcoupon_loadtest.dashboard_png import render
+
+    variables = {"namespace": NAMESPACE, "event": event_id, "datasource": "prometheus"}
+    scrape = float(prom.interval.rstrip("s"))
+    return render(
+        DASHBOARDS / "drop-overview.json",
+        out,
+        prom.query_range,
+        start=start,
+        end=end,
+        substitute=lambda e: substitute(e, variables, f"{4 * scrape:g}s", f"{end - start:.0f}s"),
+        subtitle=subtitle,
+    )
+
+
+def run_check(
+    *, users: int = 3000, coupons: int = 300, workdir: Path = STATE, png: Path | None = None
+) -> CheckReport:
+    """The whole check: Prometheus + services + burst + evaluation. Stops what it started.
+
+    With `png`, also draws the drop overview dashboard of the run there."""
     from flashcoupon_common.kafka_admin import create_topics, delete_topics
     from flashcoupon_common.settings import KafkaSettings
 
@@ -490,6 +493,7 @@ def run_check(*, users: int = 3000, coupons: int = 300, workdir: Path = STATE) -
         prom.start(binary)
         services.start()
         prom.wait_scraped(len(services.services))
+        t_burst = time.time()
         asyncio.run(_drop(services, event_id, users, coupons, env))
         time.sleep(3)  # a few scrapes and rule evaluations after the drain
         at = time.time()
@@ -500,6 +504,11 @@ def run_check(*, users: int = 3000, coupons: int = 300, workdir: Path = STATE) -
         scraped = prom.metric_names()
         named = metric_names_in(q.expr for q in queries)
         missing = {m: ABSENT.get(m, "") for m in sorted(named) if not _scraped(m, scraped)}
+        if png is not None:
+            title = f"observe-check, {users:,} shoppers, {coupons:,} coupons"
+            render_drop_overview(
+                prom, png, start=t_burst, end=at, event_id=event_id, subtitle=title
+            )
         return CheckReport(outcomes, rules, missing, time.monotonic() - t0, event_id, at)
     finally:
         # The event's state stays until now: deleting it makes the services drop its series.
@@ -516,12 +525,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--coupons", type=int, default=300)
     ap.add_argument("--results-dir", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    report = run_check(users=args.users, coupons=args.coupons)
+    png = args.results_dir / "observe-dashboard.png"
+    report = run_check(users=args.users, coupons=args.coupons, png=png)
     print(report.table())
     args.results_dir.mkdir(parents=True, exist_ok=True)
     out = args.results_dir / "observe-check.json"
     out.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    print(f"[observe-check] {len(report.outcomes)} queries, {report.seconds:.0f}s; report {out}")
+    print(f"[observe-check] {len(report.outcomes)} queries, {report.seconds:.0f}s; {out}, {png}")
     for failure in report.failures:
         print(f"FAIL {failure}")
     print("RESULT: " + ("FAIL" if report.failures else "PASS"))

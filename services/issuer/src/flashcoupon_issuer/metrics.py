@@ -12,7 +12,8 @@ from prometheus_client import Counter, Gauge
 
 ISSUANCE = Counter(
     "flashcoupon_issuer_issuance_total",
-    "Issue requests by event and outcome (ISSUED, DUPLICATE, SOLD_OUT, ...)",
+    "Issue requests by event and outcome (ISSUED: a new coupon, REPLAYED: one issued before, "
+    "DUPLICATE, SOLD_OUT, ...)",
     ["event", "outcome"],
 )
 STOCK_REMAINING = Gauge(
@@ -35,9 +36,18 @@ UNCONFIRMED = Counter(
 _children: dict[tuple[str, str], object] = {}
 
 
-# Every outcome of an event starts at 0 when the event is first answered about (typically
-# NOT_STARTED before the doors open): rate() cannot see the increments a series is born with.
-OUTCOMES = ("ISSUED", "DUPLICATE", "SOLD_OUT", "NOT_STARTED", "ENDED", "PAUSED", "NOT_DURABLE")
+# Every outcome of an event starts at 0 before its first increment: rate() cannot see the
+# increments a series is born with (a whole first scrape interval of a drop would be lost).
+OUTCOMES = (
+    "ISSUED", "REPLAYED", "DUPLICATE", "SOLD_OUT", "NOT_STARTED", "ENDED", "PAUSED", "NOT_DURABLE",
+)  # fmt: skip
+
+
+def watch_event(event_id: str) -> None:
+    """Export the event's outcome series at 0 (called when provisioning announces the event)."""
+    for outcome in OUTCOMES:
+        if (event_id, outcome) not in _children:
+            _children[event_id, outcome] = ISSUANCE.labels(event_id, outcome)
 
 
 def count_outcome(event_id: str, outcome: str) -> None:
@@ -46,9 +56,8 @@ def count_outcome(event_id: str, outcome: str) -> None:
     child = _children.get(key)
     if child is None:
         if outcome != "NOT_FOUND":
-            for other in OUTCOMES:
-                _children.setdefault((event_id, other), ISSUANCE.labels(event_id, other))
-        child = _children.setdefault(key, ISSUANCE.labels(*key))
+            watch_event(event_id)  # an issuer started after the announcement
+        child = _children.get(key) or _children.setdefault(key, ISSUANCE.labels(*key))
     child.inc()  # type: ignore[attr-defined]
 
 
