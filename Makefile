@@ -115,3 +115,9 @@ chart-check: ## helm lint + render the chart for Kubernetes 1.31 (default and ci
 
 sync-crd: ## copy the canonical CRD (k8s/crd/) into the chart's crds/
 	cp k8s/crd/couponevents.flashcoupon.io.yaml $(CHART)/crds/couponevents.flashcoupon.io.yaml
+
+# ---------------------------------------------------------------- observability (docs/metrics.md)
+
+.PHONY: observe-check
+observe-check: stack-up ## a private Prometheus scrapes a local run + burst; every dashboard query and rule returns data
+	$(RUN) python -m flashcoupon_loadtest.observe

@@ -49,6 +49,9 @@ class Children(Generic[M]):
             child = self._cache[values] = self._metric.labels(*values)
         return child
 
+    def has(self, *values: str) -> bool:
+        return values in self._cache
+
     def forget(self, *values: str) -> None:
         """Remove the series whose labels start with `values` (e.g. every series of an event)."""
         n = len(values)

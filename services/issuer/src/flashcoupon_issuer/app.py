@@ -30,7 +30,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
-from flashcoupon_issuer import http
+from flashcoupon_issuer import http, metrics
 from flashcoupon_issuer.issuance import IssueService, ScriptCall, SoldOutCache
 from flashcoupon_issuer.settings import IssuerSettings
 
@@ -82,6 +82,7 @@ async def listen_for_supply(
                     service.sold_out.learn(event_id)
                 elif await redis.exists(keys.config_key(event_id)):
                     service.sold_out.forget(event_id)
+                    metrics.watch_event(event_id)  # its outcome series exist before the doors open
                 else:
                     service.forget_event(event_id)  # deleted
         except Exception as exc:  # noqa: BLE001 - logged; the TTL covers the gap

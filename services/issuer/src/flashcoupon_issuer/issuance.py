@@ -263,7 +263,7 @@ class IssueService:
         if self.sold_out.known(event_id) and (event_id, user_id) not in self.unsettled:
             earlier = self.replays.get(event_id, user_id, request_id) if keyed else None
             if earlier is not None:
-                metrics.count_outcome(event_id, "ISSUED")
+                metrics.count_outcome(event_id, "REPLAYED")
                 return earlier
             metrics.count_sold_out_local(event_id)
             metrics.count_outcome(event_id, "SOLD_OUT")
@@ -317,7 +317,8 @@ class IssueService:
             metrics.set_remaining(event_id, outcome.remaining)
         elif outcome.status == "ENDED":
             metrics.forget_stock(event_id)  # an ended event's stock is no longer news
-        metrics.count_outcome(event_id, outcome.status)
+        # A replay answers a coupon issued before: counted apart, so ISSUED counts coupons.
+        metrics.count_outcome(event_id, "REPLAYED" if outcome.replay else outcome.status)
         return outcome
 
     def forget_event(self, event_id: str) -> None:

@@ -13,7 +13,8 @@ from prometheus_client import Counter, Gauge
 
 ISSUANCE = Counter(
     "flashcoupon_issuer_issuance_total",
-    "Issue requests by event and outcome (ISSUED, DUPLICATE, SOLD_OUT, ...)",
+    "Issue requests by event and outcome (ISSUED: a new coupon, REPLAYED: one issued before, "
+    "DUPLICATE, SOLD_OUT, ...)",
     ["event", "outcome"],
 )
 STOCK_REMAINING = Gauge(
@@ -39,8 +40,26 @@ _stock = Children(STOCK_REMAINING)
 _local = Children(SOLD_OUT_LOCAL)
 
 
+# Every outcome of an event starts at 0 before its first increment: rate() cannot see the
+# increments a series is born with (a whole first scrape interval of a drop would be lost).
+OUTCOMES = (
+    "ISSUED", "REPLAYED", "DUPLICATE", "SOLD_OUT", "NOT_STARTED", "ENDED", "PAUSED", "NOT_DURABLE",
+)  # fmt: skip
+
+
+def watch_event(event_id: str) -> None:
+    """Export the event's outcome series at 0 (called when provisioning announces the event)."""
+    for outcome in OUTCOMES:
+        _outcomes(event_id, outcome)
+
+
 def count_outcome(event_id: str, outcome: str) -> None:
-    _outcomes(event_id if outcome != "NOT_FOUND" else "unknown", outcome).inc()
+    if outcome == "NOT_FOUND":
+        _outcomes("unknown", outcome).inc()
+        return
+    if not _outcomes.has(event_id, outcome):
+        watch_event(event_id)  # an issuer started after the announcement
+    _outcomes(event_id, outcome).inc()
 
 
 def set_remaining(event_id: str, remaining: int) -> None:

@@ -80,6 +80,11 @@ class RelayMetrics:
             registry=r,
         )
 
+    def watch_event(self, event_id: str) -> None:
+        """Start the event's counters at 0: rate() then sees the first batch relayed too."""
+        for counter in (self.relayed, self.dead_lettered, self.claimed):
+            counter.labels(event_id)
+
     def forget_event(self, event_id: str) -> None:
         for gauge in (
             self.outbox_length,

@@ -59,6 +59,7 @@ class OutboxStream:
         """Relay until stopped, or until the event left the registry and its outbox is empty."""
         s = self.settings
         event_id, key = self.event_id, self.key
+        self._metrics.watch_event(event_id)
         group_ready = False
         own_pending = True  # at start and after any error: our own unacknowledged entries first
         next_claim = 0.0

@@ -52,11 +52,11 @@ PUBLISH_FAILURES = Counter(
     "failed passes over the coupon-redeemed outbox (Kafka or MySQL; each is retried)",
 )
 PENDING = Gauge(
-    "flashcoupon_wallet_redeemed_pending",
+    "flashcoupon_wallet_redeemed_outbox_length",
     f"entries in the coupon-redeemed outbox table, counted up to {BACKLOG_COUNT_CAP}",
 )
 OLDEST = Gauge(
-    "flashcoupon_wallet_redeemed_oldest_pending_seconds",
+    "flashcoupon_wallet_redeemed_outbox_oldest_age_seconds",
     "age of the oldest entry in the coupon-redeemed outbox table (0 when empty)",
 )
 
