@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from flashcoupon_issuer.issuance import IssueService, ReplayCache, SoldOutCache, parse_reply
+
+from tests.support.clock import FakeClock
+from tests.support.metrics import sample
 
 COUPON = [b"ABCD0123456789", b"big", b"fixed", b"10000", b"", b"", 1_000, 61_000]
 
@@ -34,11 +36,13 @@ def test_parse_window_answers_carry_the_time() -> None:
 
 
 def test_sold_out_flag_expires_and_can_be_forgotten() -> None:
-    cache = SoldOutCache(ttl=0.05)
+    clock = FakeClock()
+    cache = SoldOutCache(ttl=0.05, clock=clock)
     assert not cache.known("e")
     cache.learn("e")
+    clock.advance(0.049)
     assert cache.known("e")
-    time.sleep(0.06)
+    clock.advance(0.002)
     assert not cache.known("e")
     cache.learn("e")
     cache.forget("e")
@@ -120,10 +124,11 @@ def test_paused_and_unknown_events_are_not_remembered_as_sold_out() -> None:
 
 
 def test_sold_out_cache_is_bounded_by_live_flags() -> None:
-    cache = SoldOutCache(ttl=0.01)
+    clock = FakeClock()
+    cache = SoldOutCache(ttl=0.01, clock=clock)
     for i in range(5000):
         cache.learn(f"e{i}")
-    time.sleep(0.02)
+    clock.advance(0.02)
     cache.learn("last")
     assert len(cache) <= SoldOutCache.PRUNE_AT + 1
 
@@ -174,11 +179,12 @@ def test_a_shopper_answered_503_learns_the_coupon_after_the_sell_out() -> None:
 def test_unsettled_is_bounded_and_expires() -> None:
     from flashcoupon_issuer.issuance import Unsettled
 
-    u = Unsettled(ttl=0.02, capacity=3)
+    clock = FakeClock()
+    u = Unsettled(ttl=0.02, capacity=3, clock=clock)
     for i in range(5):
         u.add("e", f"u{i}")
     assert len(u) == 3 and ("e", "u0") not in u and ("e", "u4") in u
-    time.sleep(0.03)
+    clock.advance(0.03)
     assert ("e", "u4") not in u
 
 
@@ -186,7 +192,6 @@ def test_unconfirmed_coupon_fails_closed_or_degrades_by_setting() -> None:
     """durability=replica: a write no replica confirmed is 503 NOT_DURABLE ("fail") or, with
     "degrade", the coupon itself (counted and logged)."""
     from flashcoupon_common.redis_batch import NotReplicatedError
-    from flashcoupon_issuer import metrics
 
     async def script(*args: Any) -> list[Any]:
         raise NotReplicatedError([b"ISSUED", 5, 0, 1, *COUPON], 0)
@@ -194,10 +199,10 @@ def test_unconfirmed_coupon_fails_closed_or_degrades_by_setting() -> None:
     async def scenario() -> None:
         closed = IssueService(script, SoldOutCache(ttl=60))
         assert (await closed.issue("ev", "u", "k", "", keyed=True)).status == "NOT_DURABLE"
-        before = metrics.UNCONFIRMED._value.get()
+        before = sample("flashcoupon_issuer_unconfirmed_total")
         open_ = IssueService(script, SoldOutCache(ttl=60), unconfirmed="degrade")
         outcome = await open_.issue("ev", "u", "k", "", keyed=True)
         assert outcome.status == "ISSUED" and outcome.coupons[0].code == "ABCD0123456789"
-        assert metrics.UNCONFIRMED._value.get() == before + 1
+        assert sample("flashcoupon_issuer_unconfirmed_total") == before + 1
 
     asyncio.run(scenario())

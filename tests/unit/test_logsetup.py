@@ -6,13 +6,7 @@ import logging
 
 from flashcoupon_common.logsetup import RepeatFilter, configure_logging
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def record(msg: str, *args: object, name: str = "aiokafka.conn", level: int = logging.ERROR):
@@ -23,7 +17,7 @@ CONNECT = "Unable connect to node with id %s: %s"
 
 
 def test_a_30_s_outage_is_a_few_lines_that_account_for_every_repeat() -> None:
-    clock = Clock()
+    clock = FakeClock()
     f = RepeatFilter(every_seconds=10, clock=clock)
     passed = []
     for i in range(870):  # what one persister logged in a 30 s Kafka outage
@@ -41,7 +35,7 @@ def test_a_30_s_outage_is_a_few_lines_that_account_for_every_repeat() -> None:
 
 
 def test_a_new_message_passes_at_once_and_a_new_run_reports_the_last_one() -> None:
-    clock = Clock()
+    clock = FakeClock()
     f = RepeatFilter(every_seconds=10, clock=clock)
     assert f.filter(record(CONNECT, 1, "refused"))
     assert not f.filter(record(CONNECT, 2, "refused"))
@@ -54,7 +48,7 @@ def test_a_new_message_passes_at_once_and_a_new_run_reports_the_last_one() -> No
 
 
 def test_other_loggers_and_info_lines_are_never_folded() -> None:
-    f = RepeatFilter(every_seconds=10, clock=Clock())
+    f = RepeatFilter(every_seconds=10, clock=FakeClock())
     for _ in range(5):
         assert f.filter(record("batch failed: %s", "x", name="flashcoupon_persister.service"))
         assert f.filter(record("joined group", level=logging.INFO))

@@ -143,15 +143,16 @@ class SoldOutCache:
 
     PRUNE_AT = 256
 
-    def __init__(self, ttl: float) -> None:
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.ttl = ttl
+        self._clock = clock  # injected by tests, so expiry needs no sleeping
         self._until: dict[str, float] = {}
 
     def known(self, event_id: str) -> bool:
         until = self._until.get(event_id)
         if until is None:
             return False
-        if time.monotonic() < until:
+        if self._clock() < until:
             return True
         del self._until[event_id]
         return False
@@ -159,7 +160,7 @@ class SoldOutCache:
     def learn(self, event_id: str) -> None:
         if self.ttl <= 0:
             return
-        now = time.monotonic()
+        now = self._clock()
         if len(self._until) >= self.PRUNE_AT:
             self._until = {e: t for e, t in self._until.items() if t > now}
         self._until[event_id] = now + self.ttl
@@ -203,14 +204,20 @@ class Unsettled:
     learned from Redis. Few in number (a failover's worth), so the sold-out storm stays local.
     """
 
-    def __init__(self, ttl: float = 600.0, capacity: int = 100_000) -> None:
+    def __init__(
+        self,
+        ttl: float = 600.0,
+        capacity: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.ttl = ttl
+        self._clock = clock  # injected by tests, so expiry needs no sleeping
         self.capacity = capacity
         self._until: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     def add(self, event_id: str, user_id: str) -> None:
         key = (event_id, user_id)
-        self._until[key] = time.monotonic() + self.ttl
+        self._until[key] = self._clock() + self.ttl
         self._until.move_to_end(key)
         if len(self._until) > self.capacity:
             self._until.popitem(last=False)
@@ -221,7 +228,7 @@ class Unsettled:
         until = self._until.get(key)
         if until is None:
             return False
-        if time.monotonic() < until:
+        if self._clock() < until:
             return True
         del self._until[key]
         return False
