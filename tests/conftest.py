@@ -12,9 +12,7 @@ import asyncio
 import os
 import socket
 import subprocess
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,10 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.names import random_name
+from tests.support.paths import ROOT
+from tests.support.stack import Stack
+
 # Tests run against the local stack: connection settings may default to it (the Makefile sets
 # this too; here it is for `pytest` run by hand). Service processes the tests start inherit it.
 os.environ.setdefault("FLASHCOUPON_ENV", "local")
@@ -36,27 +37,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0] if parts[0] != "bench" else "slow"))
-
-
-def random_name(prefix: str) -> str:
-    """A name no other test uses: lowercase, Kubernetes- and MySQL-safe."""
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-@dataclass(frozen=True)
-class Stack:
-    redis: RedisSettings
-    kafka: KafkaSettings
-    mysql: MysqlSettings
-
-    def env(self) -> dict[str, str]:
-        """Environment for a service process pointed at this stack."""
-        return {
-            **os.environ,
-            "FLASHCOUPON_REDIS_NODES": ",".join(f"{h}:{p}" for h, p in self.redis.nodes),
-            "FLASHCOUPON_KAFKA_BOOTSTRAP": self.kafka.bootstrap,
-            "FLASHCOUPON_MYSQL_URL": self.mysql.url,
-        }
 
 
 def _reachable(host: str, port: int) -> bool:

@@ -23,9 +23,10 @@ from aiokafka import AIOKafkaProducer
 from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_relay.relay import Relay
 
-from tests.conftest import random_name
-from tests.e2e.test_relay_sigkill import start_relay
-from tests.integration.test_relay_pipeline import (
+from tests.support.names import random_name
+from tests.support.polling import wait_until
+from tests.support.processes import start_relay
+from tests.support.relay import (
     cleanup_event,
     codes_of,
     make_coupons,
@@ -34,7 +35,6 @@ from tests.integration.test_relay_pipeline import (
     register,
     relay_settings,
     running,
-    wait_until,
     write_outbox,
 )
 

@@ -30,9 +30,11 @@ from flashcoupon_loadtest.http1 import Connection, Target, build_request
 from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.e2e.test_wallet_process import wait_ready
-from tests.integration.test_wallet_api import USER, add_coupon, add_event, free_port
+from tests.support.names import random_name
+from tests.support.ports import free_port
+from tests.support.processes import wait_ready
+from tests.support.stack import Stack
+from tests.support.wallet import USER, add_coupon, add_event
 
 N = int(os.environ.get("FLASHCOUPON_BENCH_WALLET_N", "2000"))
 C = int(os.environ.get("FLASHCOUPON_BENCH_WALLET_C", "32"))

@@ -24,10 +24,12 @@ from flashcoupon_common import event_state, keys
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 
-from tests.conftest import Stack
-from tests.e2e.test_gateway_breaker import metric
-from tests.e2e.test_gateway_e2e import BIN, SECRET, Proc, bearer, free_port, provision
-from tests.private_stack import private_redis
+from tests.support.gateway import SECRET, bearer, provision
+from tests.support.metrics import scraped
+from tests.support.ports import free_port
+from tests.support.private_stack import private_redis
+from tests.support.processes import BIN, Proc
+from tests.support.stack import Stack
 
 QUANTITY = 2000
 SHOPPERS = 6000
@@ -107,8 +109,8 @@ async def test_failover_503s_are_few_and_every_held_coupon_is_learned_on_retry(
             print(
                 f"\nfailover burst: {dict(statuses)}; 503s {len(unavailable)}, of which "
                 f"{len(indeterminate)} held a coupon (per {QUANTITY} coupons); "
-                f"breaker_open sheds {metric(gateway_metrics, shed, 'breaker_open'):.0f}, "
-                f"upstream timeouts {metric(gateway_metrics, shed, 'upstream_timeout'):.0f}"
+                f"breaker_open sheds {scraped(gateway_metrics, shed, reason='breaker_open'):.0f}, "
+                f"upstream timeouts {scraped(gateway_metrics, shed, reason='upstream_timeout'):.0f}"
             )
             # Nothing answered 201 is missing (durability=none may lose the last writes of a
             # crashed master; here every 201 was answered by a master whose writes replicated
@@ -133,8 +135,13 @@ async def test_failover_503s_are_few_and_every_held_coupon_is_learned_on_retry(
         assert len(lost) <= 64, f"{len(lost)} answered coupons missing after the failover"
         assert statuses[503] > 0, "the kill did not hit the event's master"
         # A failover opens no breaker: the issuer's 503s are answers, not failures.
-        assert metric(gateway_metrics, "flashcoupon_gateway_shed_total", "breaker_open") == 0
-        assert metric(gateway_metrics, "flashcoupon_gateway_shed_total", "upstream_timeout") == 0
+        assert (
+            scraped(gateway_metrics, "flashcoupon_gateway_shed_total", reason="breaker_open") == 0
+        )
+        assert (
+            scraped(gateway_metrics, "flashcoupon_gateway_shed_total", reason="upstream_timeout")
+            == 0
+        )
         # Far below the ~470 per 2,000 coupons the issue measured; a handful at most (the
         # scripts on the wire when the master died whose replies were lost).
         assert len(indeterminate) <= 50, len(indeterminate)

@@ -4,18 +4,14 @@ issuer comes back, a half-open probe closes the breaker again."""
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 import httpx
 
-from tests.conftest import Stack
-from tests.e2e.test_gateway_e2e import assert_problem, bearer, gateway_proc, issuer_proc, provision
-
-
-def metric(text: str, name: str, label: str) -> float:
-    m = re.search(rf"^{name}\{{[^}}]*{re.escape(label)}[^}}]*\}} (\S+)$", text, re.M)
-    return float(m.group(1)) if m else 0.0
+from tests.support.gateway import assert_problem, bearer, provision
+from tests.support.metrics import scraped
+from tests.support.processes import gateway_proc, issuer_proc
+from tests.support.stack import Stack
 
 
 async def test_breaker_opens_while_issuer_is_down_and_recovers(
@@ -36,22 +32,25 @@ async def test_breaker_opens_while_issuer_is_down_and_recovers(
                 assert_problem(r, 503, "SERVICE_UNAVAILABLE")
                 assert int(r.headers["retry-after"]) >= 1
             text = (await c.get("/metrics")).text
-            assert metric(text, "flashcoupon_gateway_breaker_state", issuer.url) == 2
-            shed_before = metric(text, "flashcoupon_gateway_shed_total", "breaker_open")
+            assert scraped(text, "flashcoupon_gateway_breaker_state", upstream=issuer.url) == 2
+            shed_before = scraped(text, "flashcoupon_gateway_shed_total", reason="breaker_open")
             for i in range(5):
                 r = await c.post(path, headers=bearer(f"open-{i}"))
                 assert_problem(r, 503, "SERVICE_UNAVAILABLE")
                 assert "retry later" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
             text = (await c.get("/metrics")).text
             # Answered by the open breaker, without trying the dead upstream.
-            assert metric(text, "flashcoupon_gateway_shed_total", "breaker_open") == shed_before + 5
+            assert (
+                scraped(text, "flashcoupon_gateway_shed_total", reason="breaker_open")
+                == shed_before + 5
+            )
 
             issuer.start()  # same port
             await asyncio.sleep(1.6)  # the open period ends: the next request is the probe
             r = await c.post(path, headers=bearer("after"))
             assert r.status_code == 201, r.text
             text = (await c.get("/metrics")).text
-            assert metric(text, "flashcoupon_gateway_breaker_state", issuer.url) == 0
+            assert scraped(text, "flashcoupon_gateway_breaker_state", upstream=issuer.url) == 0
             assert (await c.post(path, headers=bearer("after-2"))).status_code == 201
     finally:
         gateway.stop()

@@ -11,18 +11,12 @@ import pytest
 from flashcoupon_common import event_state
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.e2e.test_gateway_e2e import (
-    BIN,
-    Proc,
-    assert_problem,
-    bearer,
-    free_port,
-    gateway_proc,
-    issuer_proc,
-    provision,
-)
-from tests.integration.test_wallet_api import add_coupon, add_event
+from tests.support.gateway import assert_problem, bearer, provision
+from tests.support.names import random_name
+from tests.support.ports import free_port
+from tests.support.processes import BIN, Proc, gateway_proc, issuer_proc
+from tests.support.stack import Stack
+from tests.support.wallet import add_coupon, add_event
 
 
 @pytest.fixture(scope="module")

@@ -4,123 +4,17 @@ the waiting room's SSE stream. Helpers here are shared by the other gateway e2e 
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt
 import orjson
 import pytest
-from flashcoupon_common import event_state
-from flashcoupon_common.event_spec import AdmissionSpec, EventSpec, TierSpec
-from flashcoupon_common.messages import Discount
 
-from tests.conftest import Stack, random_name
-
-BIN = Path(sys.executable).parent
-SECRET = "e2e-gateway-secret-" + os.urandom(12).hex()
-AUD = "flashcoupon"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def token(user: str, *, secret: str = SECRET, aud: str = AUD, ttl: int = 600) -> str:
-    now = int(time.time())
-    claims = {"sub": user, "aud": aud, "iat": now, "exp": now + ttl}
-    return jwt.encode(claims, secret, algorithm="HS256")
-
-
-def bearer(user: str, **kw: Any) -> dict[str, str]:
-    return {"Authorization": "Bearer " + token(user, **kw)}
-
-
-class Proc:
-    """A service process on a free port, its output in a temp file (read on failure)."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], port: int) -> None:
-        self.argv, self.env, self.port = argv, env, port
-        self.url = f"http://127.0.0.1:{port}"
-        # Kept open for the process's lifetime (its stdout/stderr); read back on failure.
-        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
-            prefix="fc-e2e-", suffix=".log", delete=False
-        )
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        self.proc = subprocess.Popen(
-            [*self.argv, "--port", str(self.port)], env=self.env, stdout=self.log, stderr=self.log
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"{self.argv[0]} exited:\n{self.output()}"
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"{self.argv[0]} did not become ready:\n{self.output()}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait()
-
-    def output(self) -> str:
-        return Path(self.log.name).read_text(errors="replace")[-3000:]
-
-
-def issuer_proc(stack: Stack, port: int | None = None) -> Proc:
-    return Proc([str(BIN / "flashcoupon-issuer")], stack.env(), port or free_port())
-
-
-def gateway_proc(stack: Stack, issuer_urls: str, **env: str) -> Proc:
-    full = {
-        **stack.env(),
-        "FLASHCOUPON_GATEWAY_JWT_SECRET": SECRET,
-        "FLASHCOUPON_GATEWAY_ISSUER_URLS": issuer_urls,
-        "FLASHCOUPON_GATEWAY_IP_PER_SECOND": "100000",
-        "FLASHCOUPON_GATEWAY_IP_BURST": "100000",
-        "FLASHCOUPON_GATEWAY_SSE_INTERVAL_SECONDS": "0.1",
-        **{"FLASHCOUPON_GATEWAY_" + k.upper(): v for k, v in env.items()},
-    }
-    return Proc([str(BIN / "flashcoupon-gateway")], full, free_port())
-
-
-async def provision(redis: Any, *, quantity: int = 1000, start_in: float = -5, **admission: Any):
-    now = datetime.now(UTC)
-    spec = EventSpec(
-        event_id=random_name("gw"),
-        title="gateway e2e",
-        quantity=quantity,
-        start_at=now + timedelta(seconds=start_in),
-        end_at=now + timedelta(hours=1),
-        tiers=(TierSpec("all", Discount("fixed", amount=1000), 100),),
-        admission=AdmissionSpec(**admission),
-    )
-    await event_state.provision(redis, spec)
-    return spec
+from tests.support.gateway import assert_problem, bearer, provision
+from tests.support.processes import Proc, gateway_proc, issuer_proc
+from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="module")
@@ -141,13 +35,6 @@ def gateway(stack: Stack, issuer: Proc) -> Iterator[Proc]:
 async def client(gateway: Proc) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as c:
         yield c
-
-
-def assert_problem(r: httpx.Response, status: int, code: str | None = None) -> None:
-    assert r.status_code == status, (r.status_code, r.text)
-    assert r.headers["content-type"] == "application/problem+json"
-    if code is not None:
-        assert r.json()["code"] == code, r.text
 
 
 async def test_issue_uses_the_token_user_and_ignores_a_spoofed_header(

@@ -19,18 +19,13 @@ import pytest
 from flashcoupon_common import keys
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.e2e.test_gateway_e2e import (
-    BIN,
-    Proc,
-    assert_problem,
-    bearer,
-    free_port,
-    gateway_proc,
-    provision,
-    token,
-)
-from tests.integration.test_wallet_api import add_coupon, add_event
+from tests.support.gateway import assert_problem, bearer, provision, token
+from tests.support.metrics import scraped
+from tests.support.names import random_name
+from tests.support.ports import free_port
+from tests.support.processes import BIN, Proc, gateway_proc
+from tests.support.stack import Stack
+from tests.support.wallet import add_coupon, add_event
 
 # Short read deadlines, so the slow-client tests take seconds; the bound asserted is loose.
 TIMEOUT = "2"
@@ -87,14 +82,6 @@ def parse(answer: bytes) -> tuple[int, dict[str, str], Any]:
     lines = head.decode("latin-1").split("\r\n")
     headers = dict(line.lower().split(": ", 1) for line in lines[1:])
     return int(lines[0].split()[1]), headers, orjson.loads(body)
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 # --- item 1: user ids of any script, byte-exact --------------------------------------------
@@ -203,7 +190,7 @@ async def test_control_bytes_in_the_path_never_reach_the_issuer(
     after = (await client.get(issuer.url + "/metrics")).text
     # The issuer's parser never saw a broken request line.
     name = "flashcoupon_http_rejected_total"
-    assert metric(after, name, reason="malformed") == metric(before, name, reason="malformed")
+    assert scraped(after, name, reason="malformed") == scraped(before, name, reason="malformed")
 
 
 async def test_control_bytes_in_a_forwarded_header_are_a_400_not_a_split_request(
@@ -288,7 +275,7 @@ async def test_a_client_gone_mid_body_is_a_499_not_an_error(
     async def counts() -> dict[tuple[str, str], float]:
         text = (await client.get("/metrics")).text
         return {
-            (r, s): metric(text, name, route=r, status=s)
+            (r, s): scraped(text, name, route=r, status=s)
             for r in routes.values()
             for s in ("499", "500")
         }

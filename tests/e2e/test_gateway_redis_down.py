@@ -7,9 +7,10 @@ import asyncio
 
 import httpx
 
-from tests.conftest import Stack
-from tests.e2e.test_gateway_e2e import assert_problem, bearer, gateway_proc
-from tests.private_stack import private_redis
+from tests.support.gateway import assert_problem, bearer
+from tests.support.private_stack import private_redis
+from tests.support.processes import gateway_proc
+from tests.support.stack import Stack
 
 
 async def test_redis_down_is_503_not_500(stack: Stack) -> None:

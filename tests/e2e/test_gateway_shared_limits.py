@@ -13,8 +13,9 @@ import httpx
 import pytest
 from flashcoupon_loadtest.http1 import Connection, Target, build_request
 
-from tests.conftest import Stack
-from tests.e2e.test_gateway_e2e import Proc, bearer, gateway_proc, issuer_proc, provision, token
+from tests.support.gateway import bearer, provision, token
+from tests.support.processes import Proc, gateway_proc, issuer_proc
+from tests.support.stack import Stack
 
 RATE = 100  # the event's admission cap, per second
 WINDOW = 10.0

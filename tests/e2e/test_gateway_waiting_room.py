@@ -19,15 +19,10 @@ import orjson
 import pytest
 from flashcoupon_common import event_state
 
-from tests.conftest import Stack, random_name
-from tests.e2e.test_gateway_e2e import (
-    Proc,
-    assert_problem,
-    bearer,
-    gateway_proc,
-    issuer_proc,
-    provision,
-)
+from tests.support.gateway import assert_problem, bearer, provision
+from tests.support.names import random_name
+from tests.support.processes import Proc, gateway_proc, issuer_proc
+from tests.support.stack import Stack
 
 # The bound a queued shopper waits, after the last coupon went, to hear about it. The old
 # behaviour was up to the time the queue needed to reach the ticket (35 s in the report).

@@ -8,14 +8,16 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.e2e.test_gateway_e2e import BIN, Proc, assert_problem, bearer, gateway_proc
-from tests.integration.test_wallet_api import add_coupon, add_event
+from tests.support.gateway import assert_problem, bearer
+from tests.support.names import random_name
+from tests.support.processes import BIN, Proc, gateway_proc
+from tests.support.stack import Stack
+from tests.support.wallet import add_coupon, add_event
 
 
 @pytest.fixture
 def wallet_and_gateway(stack: Stack, mysql_url: str, kafka_topic: str) -> Iterator[Proc]:
-    from tests.e2e.test_gateway_e2e import free_port
+    from tests.support.ports import free_port
 
     wallet = Proc(
         [str(BIN / "flashcoupon-wallet")],

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,8 +11,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import ROOT, Stack, random_name
-from tests.persister_support import (
+from tests.support.names import random_name
+from tests.support.persister import (
     codes,
     committed,
     count_rows,
@@ -26,55 +23,12 @@ from tests.persister_support import (
     engine_for,
     insert_event,
     produce_coupons,
-    wait_until,
 )
+from tests.support.polling import wait_until
+from tests.support.processes import Persister
+from tests.support.stack import Stack
 
 TOTAL = 30_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Persister:
-    """`uv run flashcoupon-persister` in its own process group (uv + the Python child)."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = _free_port()
-        self.log = log.open("ab")
-        self.proc = subprocess.Popen(
-            ["uv", "run", "--frozen", "flashcoupon-persister", "--port", str(self.port)],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    async def ready(self) -> bool:
-        try:
-            async with httpx.AsyncClient() as client:
-                r = await client.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2)
-            return r.status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill(self) -> None:
-        # The whole group, as a node crash would: uv cannot forward SIGKILL to its child.
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def terminate(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)  # uv forwards it to the persister, as kubelet's
-        return self.proc.wait(30)
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.log.close()
 
 
 @pytest.fixture

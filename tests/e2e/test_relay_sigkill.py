@@ -5,45 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import httpx
 from flashcoupon_common import keys
 from flashcoupon_common.kafka_admin import create_topics
 from redis.exceptions import ResponseError
 
-from tests.conftest import random_name
-from tests.integration.test_relay_pipeline import (
+from tests.support.names import random_name
+from tests.support.polling import wait_until
+from tests.support.processes import start_relay
+from tests.support.relay import (
     cleanup_event,
     codes_of,
     make_coupons,
     outbox_drained,
     read_all,
     register,
-    wait_until,
     write_outbox,
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_relay(env: dict[str, str], log: Path, **overrides: str) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    relay_env = {**env, **{f"FLASHCOUPON_RELAY_{k.upper()}": v for k, v in overrides.items()}}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flashcoupon_relay", "--port", str(port)],
-        env=relay_env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-    return proc, port
 
 
 async def pending_of(redis, key: str, consumer: str) -> int:

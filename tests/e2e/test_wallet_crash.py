@@ -15,18 +15,20 @@ from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_wallet.app import create_app
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.e2e.test_wallet_process import start_wallet, wait_ready
-from tests.integration.test_wallet_api import (
+from tests.support.names import random_name
+from tests.support.ports import free_port
+from tests.support.processes import start_wallet, wait_ready
+from tests.support.stack import Stack
+from tests.support.wallet import (
     USER,
     add_coupon,
     add_event,
     consume_all,
-    free_port,
+    outbox_events,
     serve,
+    wait_outbox_empty,
     wallet_settings,
 )
-from tests.integration.test_wallet_outbox import outbox_events, wait_outbox_empty
 
 
 async def test_event_of_a_sigkilled_wallet_is_published_by_the_next_one(

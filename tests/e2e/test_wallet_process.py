@@ -6,59 +6,17 @@ import asyncio
 import signal
 import subprocess
 import sys
-import time
-from typing import Any
 
 import httpx
 import orjson
 from flashcoupon_common.messages import CouponRedeemed
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.integration.test_wallet_api import (
-    USER,
-    add_coupon,
-    add_event,
-    consume_all,
-    free_port,
-)
 from tests.support.env import LOCAL
-
-
-async def wait_ready(url: str, proc: subprocess.Popen[Any], wait_s: float = 30) -> None:
-    deadline = time.monotonic() + wait_s
-    async with httpx.AsyncClient() as c:
-        for _ in range(int(wait_s * 10)):
-            assert proc.poll() is None, "wallet exited during start-up"
-            try:
-                if (await c.get(url + "/readyz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.1)
-    raise AssertionError("wallet did not become ready")
-
-
-def start_wallet(
-    stack: Stack, mysql_url: str, topic: str, *, output: int = subprocess.PIPE, **env: str
-) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m flashcoupon_wallet` on a free port, against this database and
-    topic (`env` adds or overrides variables); returns the process and its base URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flashcoupon_wallet", "--port", str(port)],
-        env={
-            **stack.env(),
-            "FLASHCOUPON_MYSQL_URL": mysql_url,
-            "FLASHCOUPON_WALLET_REDEEMED_TOPIC": topic,
-            **env,
-        },
-        stdout=output,
-        stderr=output,
-    )
-    return proc, f"http://127.0.0.1:{port}"
+from tests.support.names import random_name
+from tests.support.processes import start_wallet, wait_ready
+from tests.support.stack import Stack
+from tests.support.wallet import USER, add_coupon, add_event, consume_all
 
 
 async def test_wallet_process_serves_and_stops_cleanly(

@@ -17,10 +17,11 @@ from flashcoupon_common.settings import RedisSettings
 from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.integration.test_auditor_drift import issue_coupons
-from tests.integration.test_wallet_api import add_event
-from tests.private_stack import private_redis
+from tests.support.issuer import issue_coupons
+from tests.support.names import random_name
+from tests.support.private_stack import private_redis
+from tests.support.stack import Stack
+from tests.support.wallet import add_event
 
 
 async def persist_directly(engine: AsyncEngine, redis: Any, event_id: str) -> None:

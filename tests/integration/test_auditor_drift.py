@@ -13,49 +13,26 @@ import asyncio
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.db.schema import user_coupons
-from flashcoupon_common.event_spec import EventSpec, TierSpec
 from flashcoupon_common.kafka_admin import create_topics, delete_topics
-from flashcoupon_common.lua import ISSUE
-from flashcoupon_common.messages import CouponIssued, Discount
+from flashcoupon_common.messages import CouponIssued
 from flashcoupon_common.settings import MysqlSettings
 from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.settings import PersisterSettings
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.integration.test_wallet_api import add_event
+from tests.support.issuer import issue_coupons
+from tests.support.names import random_name
+from tests.support.stack import Stack
+from tests.support.wallet import add_event
 
 N = 20
-
-
-async def issue_coupons(redis: Any, n: int) -> EventSpec:
-    now = datetime.now(UTC)
-    spec = EventSpec(
-        event_id=random_name("audit"),
-        title="audit drop",
-        quantity=n,
-        start_at=now - timedelta(minutes=1),
-        end_at=now + timedelta(hours=1),
-        tiers=(
-            TierSpec("big", Discount("fixed", amount=10_000), 10),
-            TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
-        ),
-    )
-    await event_state.provision(redis, spec)
-    for i in range(n):
-        reply = await redis.eval(
-            ISSUE.source, 4, *keys.issue_keys(spec.event_id), f"user-{i}", f"req-{i}", ""
-        )
-        assert reply[0] in (b"ISSUED", "ISSUED"), reply
-    return spec
 
 
 async def relay_outbox(redis: Any, stack: Stack, event_id: str, topic: str) -> int:

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from starlette.routing import Route
 
-from tests.deploy_support import (
+from tests.support.deploy import (
     CANONICAL_CRD,
     CHART,
     KUBE_VERSION,

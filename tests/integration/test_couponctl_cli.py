@@ -21,7 +21,9 @@ from flashcoupon_common.settings import MysqlSettings
 from flashcoupon_operator import catalog
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import ROOT, Stack, random_name
+from tests.support.names import random_name
+from tests.support.paths import ROOT
+from tests.support.stack import Stack
 
 
 def manifest(

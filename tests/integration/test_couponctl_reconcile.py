@@ -23,7 +23,7 @@ from flashcoupon_operator import catalog, runtime
 from flashcoupon_operator.reconcile import Action
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import random_name
+from tests.support.names import random_name
 
 BIG = TierSpec("big", Discount("fixed", amount=10_000), 10)
 SMALL = TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90)

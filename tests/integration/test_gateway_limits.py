@@ -11,7 +11,7 @@ from flashcoupon_gateway.scripts import RATELIMIT, ScriptRunner
 from flashcoupon_gateway.sold_out import SoldOutBoard
 from flashcoupon_gateway.waiting_room import TicketState, WaitingRoom, room_keys
 
-from tests.conftest import random_name
+from tests.support.names import random_name
 
 
 async def test_lua_gcra_matches_the_python_maths(redis_cluster) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy_support import (
+from tests.support.deploy import (
     ROOT,
     command_package,
     console_scripts,

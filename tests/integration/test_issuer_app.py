@@ -11,80 +11,19 @@ from __future__ import annotations
 import asyncio
 import collections
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import httpx
-import orjson
 import pytest
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.messages import CouponIssued
 from flashcoupon_issuer.app import create_app
 from flashcoupon_issuer.settings import IssuerSettings
 from prometheus_client import REGISTRY
-from starlette.applications import Starlette
 
-from tests.integration.test_issuer_script import make_spec
-
-ISSUE = "/internal/v1/events/{}/issue"
-
-
-@asynccontextmanager
-async def running(app: Starlette) -> AsyncIterator[Any]:
-    """Run the ASGI lifespan protocol; yield an ASGI app that passes its state to requests."""
-    state: dict[str, Any] = {}
-    inbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
-    outbox: asyncio.Queue[dict[str, str]] = asyncio.Queue()
-    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": state}
-    task = asyncio.create_task(app(scope, inbox.get, outbox.put))
-    await inbox.put({"type": "lifespan.startup"})
-    started = await outbox.get()
-    assert started["type"] == "lifespan.startup.complete", started
-
-    async def with_state(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await app({**scope, "state": dict(state)}, receive, send)
-
-    with_state.state = state  # type: ignore[attr-defined]
-    try:
-        yield with_state
-    finally:
-        await inbox.put({"type": "lifespan.shutdown"})
-        async with asyncio.timeout(30):  # a hung shutdown fails the test instead of hanging it
-            await outbox.get()
-            await task
-
-
-async def asgi_post(app: Any, path: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    """POST with an empty body straight into the ASGI app; (status, JSON body)."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 8081),
-    }
-    out: dict[str, Any] = {}
-    body = bytearray()
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            out["status"] = message["status"]
-        else:
-            body.extend(message.get("body", b""))
-
-    await app(scope, receive, send)
-    return out["status"], orjson.loads(body)
+from tests.support.asgi import running
+from tests.support.issuer import ISSUE, asgi_post, make_spec
 
 
 @pytest.fixture

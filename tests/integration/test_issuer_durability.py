@@ -21,9 +21,10 @@ from flashcoupon_common.settings import RedisSettings
 from flashcoupon_issuer.app import create_app
 from flashcoupon_issuer.settings import IssuerSettings
 
-from tests.integration.test_issuer_app import ISSUE, asgi_post, running
-from tests.integration.test_issuer_script import make_spec
-from tests.private_stack import private_redis
+from tests.support.asgi import running
+from tests.support.issuer import ISSUE, asgi_post, make_spec
+from tests.support.metrics import sample
+from tests.support.private_stack import private_redis
 
 
 async def test_replica_durability_survives_master_kill() -> None:
@@ -103,7 +104,6 @@ async def test_replica_durability_survives_master_kill() -> None:
 async def test_replica_durability_degrades_to_none_when_configured() -> None:
     """UNCONFIRMED=degrade: after a failover the promoted master has no replica, and issuing
     goes on unconfirmed (counted) instead of answering 503 until the old master rejoins."""
-    from flashcoupon_issuer import metrics
 
     server, ports = private_redis()
     await asyncio.to_thread(server.start)
@@ -123,7 +123,7 @@ async def test_replica_durability_degrades_to_none_when_configured() -> None:
             retry_deadline_s=20,
         )
         statuses: collections.Counter[int] = collections.Counter()
-        unconfirmed_before = metrics.UNCONFIRMED._value.get()
+        unconfirmed_before = sample("flashcoupon_issuer_unconfirmed_total")
         async with running(create_app(settings)) as app:
 
             async def wave(n: int) -> int:
@@ -149,7 +149,7 @@ async def test_replica_durability_degrades_to_none_when_configured() -> None:
             )
             assert await wave(n + 1) == 20  # steady again, the old master still dead
         print(f"\nreplica/degrade: first 201 {resumed - killed:.1f} s after the kill; {statuses}")
-        assert metrics.UNCONFIRMED._value.get() > unconfirmed_before
+        assert sample("flashcoupon_issuer_unconfirmed_total") > unconfirmed_before
     finally:
         await client.aclose()
         await asyncio.to_thread(server.stop)

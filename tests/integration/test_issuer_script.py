@@ -8,41 +8,17 @@ each non-issue answer, provisioning raise/lower, outbox entries.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.coupon_math import coupon_code, pick_tier, tier_draw
-from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.event_spec import EventSpec
 from flashcoupon_common.lua import ISSUE
-from flashcoupon_common.messages import CouponIssued, Discount
+from flashcoupon_common.messages import CouponIssued
 
-from tests.conftest import random_name
-
-TIERS = (
-    TierSpec("big", Discount("fixed", amount=10000), 10),
-    TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
-)
-
-
-def make_spec(
-    quantity: int,
-    *,
-    per_user_limit: int = 1,
-    start: timedelta = timedelta(minutes=-1),
-    end: timedelta = timedelta(hours=1),
-    event_id: str | None = None,
-) -> EventSpec:
-    now = datetime.now(UTC)
-    return EventSpec(
-        event_id=event_id or random_name("ev"),
-        title="test drop",
-        quantity=quantity,
-        start_at=now + start,
-        end_at=now + end,
-        tiers=TIERS,
-        per_user_limit=per_user_limit,
-    )
+from tests.support.issuer import TIERS, make_spec
+from tests.support.names import random_name
 
 
 @pytest.fixture

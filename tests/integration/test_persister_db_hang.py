@@ -1,4 +1,5 @@
-"""MariaDB frozen (SIGSTOP) for 8 s under a stream of records: writes time out and recover.
+"""MariaDB frozen (SIGSTOP) under a stream of records until the hang is handled: writes time
+out, are retried, partitions pause; after the thaw everything is stored once.
 
 A frozen server still completes TCP handshakes in its kernel but never answers, which is what
 a hung database or a partition without RST looks like. Without a write timeout the batches in
@@ -11,18 +12,35 @@ from __future__ import annotations
 import asyncio
 import time
 
+import httpx
 import pytest
-from flashcoupon_persister import metrics
 from flashcoupon_persister.writer import BatchWriter, WriteTimeout
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.conftest import Stack
-from tests.persister_support import coupon, fault_rig, is_ready, persister_http, wait_until
+from tests.support.metrics import sample
+from tests.support.persister import (
+    FaultRig,
+    count_rows,
+    coupon,
+    fault_rig,
+    is_ready,
+    persister_http,
+)
+from tests.support.polling import wait_until
+from tests.support.stack import Stack
 
 TOTAL = 1200
 CHUNK = 60
-FROZEN_S = 8.0
+FROZEN_S = 8.0  # the longest each consequence of the freeze may take to show
+
+
+async def stored_at_least(rig: FaultRig, n: int) -> bool:
+    return await count_rows(rig.engine, rig.event) >= n
+
+
+async def not_ready(http: httpx.AsyncClient) -> bool:
+    return not await is_ready(http)
 
 
 @pytest.mark.timeout(120)  # a hang must fail the test, not stall the suite for 300 s
@@ -36,18 +54,26 @@ async def test_hung_database_times_out_retries_and_recovers(stack: Stack) -> Non
             # ~15 s of traffic: before, during and after the freeze.
             producer = asyncio.create_task(rig.stream(batch, CHUNK, 0.75))
             assert await wait_until(lambda: is_ready(http), 20)
-            await asyncio.sleep(2)
-            timeouts_before = metrics.DB_TIMEOUTS._value.get()
-            retries_before = metrics.RETRIES.labels("db")._value.get()
+            # Rows are being written before the freeze (the stream's first chunks stored).
+            await wait_until(lambda: stored_at_least(rig, CHUNK), 20, what="rows before the freeze")
+            timeouts_before = sample("flashcoupon_persister_db_timeouts_total")
+            retries_before = sample("flashcoupon_persister_retries_total", what="db")
+
+            def hang_handled() -> bool:
+                """The hang was noticed, counted, retried, and the partitions paused."""
+                timeouts = sample("flashcoupon_persister_db_timeouts_total") - timeouts_before
+                retries = sample("flashcoupon_persister_retries_total", what="db") - retries_before
+                paused = sample("flashcoupon_persister_paused")
+                return timeouts > 0 and retries >= timeouts and paused == 1
+
             rig.db.freeze()
             try:
-                await asyncio.sleep(FROZEN_S / 2)
-                assert not await is_ready(http)
-                await asyncio.sleep(FROZEN_S / 2)
+                await wait_until(lambda: not_ready(http), FROZEN_S, what="unready while frozen")
+                await wait_until(hang_handled, FROZEN_S, what="timeouts, retries, paused")
                 # Still frozen: the hang was noticed, counted, and the partitions paused.
-                retries = metrics.RETRIES.labels("db")._value.get() - retries_before
-                paused = metrics.PAUSED._value.get()
-                timeouts = metrics.DB_TIMEOUTS._value.get() - timeouts_before
+                retries = sample("flashcoupon_persister_retries_total", what="db") - retries_before
+                paused = sample("flashcoupon_persister_paused")
+                timeouts = sample("flashcoupon_persister_db_timeouts_total") - timeouts_before
             finally:
                 rig.db.thaw()
             thawed = time.monotonic()

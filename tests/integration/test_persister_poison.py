@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from flashcoupon_persister import metrics
 from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.replay import replay
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from tests.conftest import Stack, random_name
-from tests.persister_support import (
+from tests.support.metrics import sample
+from tests.support.names import random_name
+from tests.support.persister import (
     codes,
     committed,
     count_rows,
@@ -20,8 +20,9 @@ from tests.persister_support import (
     produce,
     read_all,
     settings_for,
-    wait_until,
 )
+from tests.support.polling import wait_until
+from tests.support.stack import Stack
 
 
 async def test_poison_goes_to_dlq_and_later_records_are_persisted(
@@ -49,7 +50,7 @@ async def test_poison_goes_to_dlq_and_later_records_are_persisted(
         await produce(bootstrap, topic, items, partition=0)
 
         group = random_name("g")
-        before = metrics.DLQ.labels("schema")._value.get()
+        before = sample("flashcoupon_persister_dlq_total", reason="schema")
         async with running(settings_for(bootstrap, mysql_url, topic, dlq, group)):
 
             async def drained() -> bool:
@@ -61,7 +62,7 @@ async def test_poison_goes_to_dlq_and_later_records_are_persisted(
         assert await committed(bootstrap, group, topic) == {0: 14}
         assert await count_rows(engine, event) == 10
         assert await codes(engine, event) == sorted(c.code for c in good)
-        assert metrics.DLQ.labels("schema")._value.get() - before == 2
+        assert sample("flashcoupon_persister_dlq_total", reason="schema") - before == 2
 
         letters = await read_all(bootstrap, dlq, 4, within=20)
         got = sorted(

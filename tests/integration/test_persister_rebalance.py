@@ -6,8 +6,8 @@ import asyncio
 
 from flashcoupon_persister.bootstrap import running
 
-from tests.conftest import Stack, random_name
-from tests.persister_support import (
+from tests.support.names import random_name
+from tests.support.persister import (
     codes,
     committed,
     count_rows,
@@ -20,8 +20,9 @@ from tests.persister_support import (
     produce_coupons,
     read_all,
     settings_for,
-    wait_until,
 )
+from tests.support.polling import wait_until
+from tests.support.stack import Stack
 
 
 async def test_member_leaving_mid_stream_hands_over_without_loss(

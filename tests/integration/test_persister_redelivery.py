@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from flashcoupon_persister import metrics
 from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.writer import BatchWriter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.persister_support import (
+from tests.support.metrics import sample
+from tests.support.names import random_name
+from tests.support.persister import (
     committed,
     count_rows,
     coupon,
@@ -24,8 +24,9 @@ from tests.persister_support import (
     produce_coupons,
     read_all,
     settings_for,
-    wait_until,
 )
+from tests.support.polling import wait_until
+from tests.support.stack import Stack
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ async def _drained(bootstrap: str, group: str, topic: str) -> bool:
 
 
 def _dupes() -> float:
-    return metrics.ROWS.labels("duplicate")._value.get()
+    return sample("flashcoupon_persister_rows_total", outcome="duplicate")
 
 
 async def test_same_batch_delivered_twice_gives_one_row_each(

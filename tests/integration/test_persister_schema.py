@@ -13,7 +13,8 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from tests.conftest import Stack, random_name
+from tests.support.names import random_name
+from tests.support.stack import Stack
 
 
 def _server_default_differs(ctx, insp_col, meta_col, insp_default, meta_default, rendered):  # type: ignore[no-untyped-def]

@@ -9,8 +9,8 @@ from flashcoupon_persister.writer import BatchWriter
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import random_name
-from tests.persister_support import codes, count_rows, coupon, engine_for, insert_event
+from tests.support.names import random_name
+from tests.support.persister import codes, count_rows, coupon, engine_for, insert_event
 
 
 async def _writer(mysql_url: str) -> tuple[BatchWriter, AsyncEngine]:

@@ -21,7 +21,7 @@ from flashcoupon_common.settings import MysqlSettings
 from flashcoupon_operator import catalog, handlers, runtime
 from flashcoupon_operator.manifest import parse_manifest
 
-from tests.conftest import random_name
+from tests.support.names import random_name
 
 LOG = logging.getLogger("test-operator")
 

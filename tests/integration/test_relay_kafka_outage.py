@@ -20,20 +20,12 @@ from flashcoupon_issuer.app import create_app
 from flashcoupon_issuer.settings import IssuerSettings
 from flashcoupon_relay.relay import Relay
 
-from tests.conftest import random_name
-from tests.integration.test_issuer_app import ISSUE, asgi_post
-from tests.integration.test_issuer_app import running as running_app
-from tests.integration.test_issuer_script import make_spec
-from tests.integration.test_relay_pipeline import (
-    codes_of,
-    metric,
-    outbox_drained,
-    read_all,
-    relay_settings,
-    running,
-    wait_until,
-)
-from tests.private_stack import private_kafka
+from tests.support.asgi import running as running_app
+from tests.support.issuer import ISSUE, asgi_post, make_spec
+from tests.support.names import random_name
+from tests.support.polling import wait_until
+from tests.support.private_stack import private_kafka
+from tests.support.relay import codes_of, metric, outbox_drained, read_all, relay_settings, running
 
 SHOPPERS = 3000
 
@@ -80,21 +72,20 @@ async def test_kafka_stopped_during_a_burst_issuance_answers_and_nothing_is_lost
             shoppers = asyncio.create_task(burst(600, SHOPPERS, 0.4))
             await asyncio.to_thread(broker.stop)
             before = await redis_cluster.xlen(key)
-            await asyncio.sleep(2)
-            # Broker down: coupons keep being issued into the outbox (it is the buffer).
-            assert await redis_cluster.xlen(key) > before
+
+            async def buffering() -> bool:
+                """Broker down: sends fail, coupons keep being issued into the outbox (it is
+                the buffer)."""
+                return send_failures(relay) > 0 and await redis_cluster.xlen(key) > before
+
+            await wait_until(buffering, within=30, what="failed sends, a growing outbox")
             assert not shoppers.done(), "the burst should span the outage"
             await asyncio.to_thread(broker.start)
             await shoppers
             await wait_until(
                 lambda: outbox_drained(redis_cluster, event_id), within=120, what="drain"
             )
-            failures = sum(
-                s.value
-                for m in relay.metrics.send_failures.collect()
-                for s in m.samples
-                if s.name.endswith("_total")
-            )
+            failures = send_failures(relay)
             recreations = metric(relay, "flashcoupon_relay_producer_recreations_total")
 
         assert statuses == {201: SHOPPERS}  # issuance never depended on Kafka
@@ -110,6 +101,15 @@ async def test_kafka_stopped_during_a_burst_issuance_answers_and_nothing_is_lost
         await event_state.delete_state(redis_cluster, event_id)
         await asyncio.to_thread(broker.stop)
         shutil.rmtree(broker.env["FLASHCOUPON_STACK_DIR"], ignore_errors=True)
+
+
+def send_failures(relay: Relay) -> float:
+    return sum(
+        s.value
+        for m in relay.metrics.send_failures.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
 
 
 async def _relayed_some(redis, key: str, written: int) -> bool:

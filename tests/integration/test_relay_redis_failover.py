@@ -20,8 +20,11 @@ from flashcoupon_relay.relay import Relay
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from tests.conftest import random_name
-from tests.integration.test_relay_pipeline import (
+from tests.support.env import LOCAL
+from tests.support.names import random_name
+from tests.support.polling import wait_until
+from tests.support.private_stack import private_redis
+from tests.support.relay import (
     codes_of,
     make_coupons,
     metric,
@@ -30,11 +33,8 @@ from tests.integration.test_relay_pipeline import (
     register,
     relay_settings,
     running,
-    wait_until,
     write_outbox,
 )
-from tests.private_stack import private_redis
-from tests.support.env import LOCAL
 
 
 async def replicated(host: str, port: int) -> None:

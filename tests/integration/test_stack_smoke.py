@@ -13,7 +13,7 @@ from redis.exceptions import ClusterCrossSlotError, MovedError
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
-from tests.conftest import random_name
+from tests.support.names import random_name
 
 
 async def test_cross_slot_multikey_fails_but_hash_tagged_succeeds(redis_cluster) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.private_stack import private_redis
+from tests.support.private_stack import private_redis
 
 
 def test_status_reports_a_killed_master_then_the_failover() -> None:

@@ -3,139 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from collections.abc import Sequence
+from datetime import timedelta
 
 import httpx
 import orjson
-import uvicorn
-from aiokafka import AIOKafkaConsumer
-from flashcoupon_common.db.schema import coupon_events, user_coupons
+from flashcoupon_common.db.schema import user_coupons
 from flashcoupon_common.messages import CouponRedeemed
-from flashcoupon_common.settings import MysqlSettings
 from flashcoupon_wallet.app import create_app
-from flashcoupon_wallet.settings import WalletSettings
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from starlette.applications import Starlette
 
-from tests.conftest import Stack, random_name
-
-USER = "X-Flashcoupon-User"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def serve(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
-    """Run the app under uvicorn (so its lifespan really runs) and give a client for it."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
-    )
-    task = asyncio.create_task(server.serve())
-    for _ in range(200):
-        if server.started:
-            break
-        await asyncio.sleep(0.05)
-    assert server.started, "wallet did not start"
-    limits = httpx.Limits(max_connections=200)
-    try:
-        async with httpx.AsyncClient(
-            base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=30
-        ) as client:
-            yield client
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 30)
-
-
-def wallet_settings(stack: Stack, mysql_url: str, topic: str, **over: Any) -> WalletSettings:
-    return WalletSettings(
-        mysql=MysqlSettings(mysql_url),
-        kafka=over.pop("kafka", stack.kafka),
-        redeemed_topic=topic,
-        **over,
-    )
-
-
-async def add_event(engine: AsyncEngine, event_id: str) -> None:
-    now = datetime.now(UTC).replace(tzinfo=None)
-    async with engine.begin() as conn:
-        await conn.execute(
-            insert(coupon_events).values(
-                id=event_id,
-                title=event_id,
-                quantity=100,
-                per_user_limit=2,
-                start_at=now - timedelta(hours=1),
-                end_at=now + timedelta(hours=1),
-                valid_for_seconds=86400,
-                spec="{}",
-            )
-        )
-
-
-async def add_coupon(
-    engine: AsyncEngine,
-    event_id: str,
-    user_id: str,
-    *,
-    seq: int = 1,
-    code: str | None = None,
-    discount: dict[str, Any] | None = None,
-    issued_ago: timedelta = timedelta(minutes=5),
-    expires_in: timedelta = timedelta(days=30),
-) -> str:
-    code = code or random_name("c").replace("-", "").upper()
-    now = datetime.now(UTC).replace(tzinfo=None)
-    d = discount or {"discount_type": "fixed", "amount": 10_000}
-    async with engine.begin() as conn:
-        await conn.execute(
-            insert(user_coupons).values(
-                event_id=event_id,
-                user_id=user_id,
-                seq=seq,
-                code=code,
-                tier="big",
-                issued_at=now - issued_ago,
-                expires_at=now + expires_in,
-                request_id=random_name("r"),
-                **d,
-            )
-        )
-    return code
-
-
-async def consume_all(stack: Stack, topic: str, want: int, wait_s: float = 20) -> list[bytes]:
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=stack.kafka.bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-    )
-    await consumer.start()
-    got: list[bytes] = []
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while len(got) < want and loop.time() < deadline:
-            batches = await consumer.getmany(timeout_ms=500)
-            got += [m.value for msgs in batches.values() for m in msgs if m.value is not None]
-        # a little longer, so a duplicate would be seen too
-        batches = await consumer.getmany(timeout_ms=1000)
-        got += [m.value for msgs in batches.values() for m in msgs if m.value is not None]
-    finally:
-        await consumer.stop()
-    return got
+from tests.support.names import random_name
+from tests.support.ports import free_port
+from tests.support.stack import Stack
+from tests.support.wallet import USER, add_coupon, add_event, consume_all, serve, wallet_settings
 
 
 def is_problem(r: httpx.Response, status: int, code: str) -> bool:

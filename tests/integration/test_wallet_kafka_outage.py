@@ -18,24 +18,19 @@ from flashcoupon_common.settings import KafkaSettings
 from flashcoupon_wallet.app import create_app
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.integration.test_wallet_api import (
+from tests.support.metrics import scraped_exactly
+from tests.support.names import random_name
+from tests.support.ports import free_port
+from tests.support.stack import Stack
+from tests.support.wallet import (
     USER,
     add_coupon,
     add_event,
     consume_all,
-    free_port,
+    outbox_events,
     serve,
     wallet_settings,
 )
-from tests.integration.test_wallet_outbox import outbox_events
-
-
-def metric(text: str, name: str) -> float:
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not in /metrics")
 
 
 @contextlib.asynccontextmanager
@@ -63,7 +58,7 @@ async def forwarder(port: int, target: str) -> AsyncIterator[None]:
 async def wait_metric(c: httpx.AsyncClient, name: str, ok: object, wait_s: float) -> float:
     deadline = time.monotonic() + wait_s
     while True:
-        value = metric((await c.get("/metrics")).text, name)
+        value = scraped_exactly((await c.get("/metrics")).text, name)
         if ok(value) or time.monotonic() > deadline:  # type: ignore[operator]
             return value
         await asyncio.sleep(0.2)
@@ -80,7 +75,7 @@ async def test_redemption_succeeds_while_kafka_is_down_and_is_published_after(
         stack, mysql_url, kafka_topic, kafka=KafkaSettings(f"127.0.0.1:{port}")
     )
     async with serve(create_app(settings)) as c:
-        failures0 = metric(
+        failures0 = scraped_exactly(
             (await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_publish_failures_total"
         )
         started = time.monotonic()
@@ -100,16 +95,17 @@ async def test_redemption_succeeds_while_kafka_is_down_and_is_published_after(
         assert failures > failures0
         await asyncio.sleep(1.5)  # an outage of a few retries, not one blip
         assert (
-            metric((await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_outbox_length") >= 1
+            scraped_exactly((await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_pending")
+            >= 1
         )
-        oldest = "flashcoupon_wallet_redeemed_outbox_oldest_age_seconds"
-        assert metric((await c.get("/metrics")).text, oldest) > 0
+        oldest = "flashcoupon_wallet_redeemed_oldest_pending_seconds"
+        assert scraped_exactly((await c.get("/metrics")).text, oldest) > 0
         assert [(e.code, e.order_id) for e in await outbox_events(mysql_engine)] == [(code, "o-1")]
         assert (await c.get("/readyz")).status_code == 200  # Kafka does not decide readiness
 
         async with forwarder(port, stack.kafka.bootstrap):
             pending = await wait_metric(
-                c, "flashcoupon_wallet_redeemed_outbox_length", lambda v: v == 0, 30
+                c, "flashcoupon_wallet_redeemed_pending", lambda v: v == 0, 30
             )
             assert pending == 0
             assert await outbox_events(mysql_engine) == []

@@ -7,40 +7,27 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
-from flashcoupon_common.db.schema import redeemed_outbox
 from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_common.settings import KafkaSettings
 from flashcoupon_wallet import outbox
 from flashcoupon_wallet.app import create_app
 from flashcoupon_wallet.publisher import RedeemedPublisher
-from sqlalchemy import select, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tests.conftest import Stack, random_name
-from tests.integration.test_wallet_api import (
+from tests.support.names import random_name
+from tests.support.ports import free_port
+from tests.support.stack import Stack
+from tests.support.wallet import (
     USER,
     add_coupon,
     add_event,
     consume_all,
-    free_port,
+    outbox_events,
     serve,
+    wait_outbox_empty,
     wallet_settings,
 )
-from tests.persister_support import wait_until
-
-
-async def outbox_events(engine: AsyncEngine) -> list[CouponRedeemed]:
-    """The outbox's entries, oldest first, as the messages they will be published as."""
-    query = select(redeemed_outbox.c.payload).order_by(redeemed_outbox.c.id)
-    async with engine.connect() as conn:
-        return [CouponRedeemed.decode(p) for p in (await conn.scalars(query))]
-
-
-async def wait_outbox_empty(engine: AsyncEngine, within: float = 20) -> None:
-    async def empty() -> bool:
-        return not await outbox_events(engine)
-
-    assert await wait_until(empty, within), f"outbox not drained: {await outbox_events(engine)}"
 
 
 def redeemed(i: int) -> CouponRedeemed:

@@ -24,6 +24,7 @@ from flashcoupon_persister.settings import PersisterSettings
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from tests.support.asgi import app_client
 from tests.support.names import random_name
 from tests.support.polling import wait_until
 from tests.support.private_stack import PrivateServer, private_mariadb
@@ -258,9 +259,7 @@ async def fault_rig(bootstrap: str, partitions: int = 3) -> AsyncIterator[FaultR
 @contextlib.asynccontextmanager
 async def persister_http(settings: PersisterSettings) -> AsyncIterator[httpx.AsyncClient]:
     """The persister app with its lifespan running (the loop consumes), and a client to it."""
-    app = create_app(settings)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://p")
-    async with app.router.lifespan_context(app), http:
+    async with app_client(create_app(settings), "http://p") as http:
         yield http
 
 

@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.deploy_support import (
+from tests.support.deploy import (
     CANONICAL_CRD,
     CHART,
     CHART_CRD,

@@ -6,7 +6,7 @@ import httpx
 import pytest
 from flashcoupon_common.http import TIMED_OUT, exception_handlers, json_body
 from flashcoupon_common.httpserver import ServerTimeouts
-from flashcoupon_common.red_metrics import HTTP_REQUESTS, REDMiddleware
+from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.settings import SettingsError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -14,6 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Scope
+
+from tests.support.metrics import sample
 
 
 def test_timeouts_default_to_ten_seconds_and_refuse_nonsense() -> None:
@@ -41,7 +43,13 @@ def _app() -> Starlette:
 
 
 def _count(status: str) -> float:
-    value = HTTP_REQUESTS.labels("edge-test", "/echo", "POST", status)._value.get()  # type: ignore[attr-defined]
+    value = sample(
+        "flashcoupon_http_requests_total",
+        service="edge-test",
+        route="/echo",
+        method="POST",
+        status=status,
+    )
     return float(value)
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from flashcoupon_operator.manifest import (
     MAX_PER_USER_LIMIT,
     MAX_QUANTITY,
@@ -24,11 +23,10 @@ from flashcoupon_operator.manifest import (
     parse_manifests,
 )
 
+from tests.support.manifest import CRD, SCHEMA, VERSION
+
 ROOT = Path(__file__).resolve().parents[2]
-CRD = yaml.safe_load((ROOT / "k8s/crd/couponevents.flashcoupon.io.yaml").read_text())
 EXAMPLES = sorted((ROOT / "k8s/examples").glob("*.yaml"))
-VERSION = CRD["spec"]["versions"][0]
-SCHEMA = VERSION["schema"]["openAPIV3Schema"]
 SPEC = SCHEMA["properties"]["spec"]
 DATE_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 TYPES = {

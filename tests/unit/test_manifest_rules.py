@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -11,47 +10,7 @@ from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.messages import Discount
 from flashcoupon_operator.manifest import ManifestError, parse_manifest
 
-BASE: dict[str, Any] = {
-    "apiVersion": "flashcoupon.io/v1alpha1",
-    "kind": "CouponEvent",
-    "metadata": {"name": "bf-2026", "namespace": "shop", "labels": {"team": "growth"}},
-    "spec": {
-        "title": "Black Friday",
-        "quantity": 10_000,
-        "perUserLimit": 1,
-        "startAt": "2026-11-27T14:00:00+09:00",
-        "endAt": "2026-11-27T23:59:59+09:00",
-        "warmup": "10m",
-        "coupon": {"validFor": "720h"},
-        "tiers": [
-            {"name": "big", "discount": {"type": "fixed", "amount": 10_000}, "share": 10},
-            {
-                "name": "small",
-                "discount": {"type": "percent", "percent": 5, "maxAmount": 3000},
-                "share": 90,
-            },
-        ],
-    },
-}
-
-
-def manifest(**spec_changes: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(BASE)
-    for key, value in spec_changes.items():
-        if value is DELETE:
-            del doc["spec"][key]
-        else:
-            doc["spec"][key] = value
-    return doc
-
-
-DELETE = object()
-
-
-def errors_of(doc: Any) -> list[str]:
-    with pytest.raises(ManifestError) as info:
-        parse_manifest(doc)
-    return [str(e) for e in info.value.errors]
+from tests.support.manifest import DELETE, errors_of, manifest
 
 
 def test_valid_manifest_becomes_event_spec() -> None:

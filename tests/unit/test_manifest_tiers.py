@@ -8,7 +8,7 @@ import pytest
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_operator.manifest import ManifestError, parse_manifest, parse_manifests
 
-from tests.unit.test_manifest_rules import BASE, errors_of, manifest
+from tests.support.manifest import BASE, errors_of, manifest
 
 
 def fixed(name: str, share: Any, amount: Any = 1000) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from flashcoupon_operator import metrics
-from flashcoupon_operator.runtime import EventStatus
+from flashcoupon_operator.model import EventStatus
 from prometheus_client import REGISTRY
 
 T = datetime(2026, 11, 23, tzinfo=UTC)

@@ -101,7 +101,7 @@ def test_apply_error_is_failed_phase() -> None:
 
 def test_every_status_field_is_declared_in_the_crd() -> None:
     # Undeclared status fields would be pruned by the API server (kopf pitfall).
-    from tests.unit.test_manifest_crd import SCHEMA
+    from tests.support.manifest import SCHEMA
 
     declared = SCHEMA["properties"]["status"]["properties"]
     item = declared["conditions"]["items"]["properties"]

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from flashcoupon_operator.reconcile import phase
 
-from tests.unit.test_reconcile_plan import AFTER, BEFORE, DURING, END, START, WARMING, State, spec
+from tests.support.reconcile import AFTER, BEFORE, DURING, END, START, WARMING, State, spec
 
 
 @pytest.mark.parametrize(
