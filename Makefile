@@ -79,12 +79,14 @@ bench-persister: stack-up ## persister rows/s vs plain executemany, in loadtest/
 bench-gateway: stack-up ## issuer direct vs through the gateway, in loadtest/results/
 	$(RUN) python -m flashcoupon_loadtest.bench_gateway
 
-.PHONY: bench-relay
+.PHONY: bench-relay bench-wallet
 bench-relay: stack-up ## outbox relay records/s into Kafka (50k entries) vs naive send_and_wait
-	$(RUN) pytest tests/bench/test_relay_throughput.py -s -q -p no:cacheprovider
+	$(RUN) python -m flashcoupon_loadtest.bench_relay
+
+bench-wallet: stack-up ## wallet redemptions/s vs its own /healthz, one contended code
+	$(RUN) python -m flashcoupon_loadtest.bench_wallet
 
 bench: stack-up ## every benchmark plus the end-to-end burst, one table
-	$(RUN) pytest tests/bench -s -q -p no:cacheprovider
 	$(RUN) python -m flashcoupon_loadtest.bench_all
 
 .PHONY: crd-check

@@ -1,6 +1,6 @@
 """Fixtures shared by every test tier.
 
-Tests under tests/integration, tests/e2e and tests/bench use the real local stack. The
+Tests under tests/integration and tests/e2e use the real local stack. The
 `stack` fixture uses a running one, or starts it with scripts/stack.sh when it is absent, so
 `pytest` works on a fresh machine too. Each test gets its own names (event ids, topics,
 databases) from `random_name`, so tests share servers without seeing each other's data.
@@ -29,14 +29,14 @@ from tests.support.stack import Stack
 # Tests run against the local stack: connection settings may default to it (the Makefile sets
 # this too; here it is for `pytest` run by hand). Service processes the tests start inherit it.
 os.environ.setdefault("FLASHCOUPON_ENV", "local")
-TIERS = ("unit", "integration", "e2e", "bench")
+TIERS = ("unit", "integration", "e2e")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in TIERS:
-            item.add_marker(getattr(pytest.mark, parts[0] if parts[0] != "bench" else "slow"))
+            item.add_marker(getattr(pytest.mark, parts[0]))
 
 
 def _reachable(host: str, port: int) -> bool:

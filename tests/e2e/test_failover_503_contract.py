@@ -7,8 +7,8 @@ DUPLICATE carrying the code without one. And the deadlines are consistent: the i
 before the gateway stops waiting, so a shopper is not told 503 while the issuer goes on to
 issue for seconds afterwards, and the issuer's 503s during a failover open no breaker.
 
-Everything runs on a private Redis Cluster (tests/private_stack.py), which the test kills and
-stops itself; the gateway's rate limits live on the same cluster, as in production.
+Everything runs on a private Redis Cluster (tests/support/private_stack.py), which the test
+kills and stops itself; the gateway's rate limits live on the same cluster, as in production.
 """
 
 from __future__ import annotations

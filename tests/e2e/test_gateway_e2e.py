@@ -1,5 +1,5 @@
 """The gateway as a process in front of the real issuer process: auth, forwarding, bad input,
-the waiting room's SSE stream. Helpers here are shared by the other gateway e2e files."""
+the waiting room's SSE stream. Shared helpers: tests/support/gateway.py and processes.py."""
 
 from __future__ import annotations
 

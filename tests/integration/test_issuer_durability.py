@@ -1,6 +1,6 @@
 """durability=replica: every 201 the issuer answered survives the death of the master.
 
-A private Redis Cluster (tests/private_stack.py) is used, because the test SIGKILLs the master
+A private Redis Cluster (tests/support/private_stack.py) is used: the test SIGKILLs the master
 owning the event's slot while shoppers keep asking. With `replica`, a coupon is answered only
 after `WAIT 1` confirmed a replica has it; the replica is promoted, so each answered coupon
 must be found in the promoted node's state. Answers during the failover may be 503 (the

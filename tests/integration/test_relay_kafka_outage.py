@@ -2,7 +2,7 @@
 
 The burst goes through the issuer app (its lifespan really runs; requests through its routes,
 batcher and Lua script) against the shared Redis Cluster; the relay sends to a private Kafka
-broker (tests/private_stack.py) that this test stops and starts — the shared broker is never
+broker (tests/support/private_stack.py) that this test stops and starts — the shared broker is never
 touched. While the broker is down the issuer keeps issuing (it does not need Kafka), the
 outbox grows, the relay retries without acknowledging; after the broker is back, every coupon
 answered 201 is on the topic at least once. Duplicates are allowed and reported.

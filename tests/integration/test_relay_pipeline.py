@@ -3,8 +3,8 @@
 Entries are written exactly as the issuer's script writes them (CouponIssued.to_outbox fields
 XADDed to keys.outbox_key, the id SADDed to keys.EVENTS_REGISTRY). Each test has its own event
 id and its own topic, and its relays are restricted to that event (settings.events) so they
-never take entries of tests running beside them. The helpers here are used by the other relay
-test modules too.
+never take entries of tests running beside them. The helpers are in tests/support/relay.py
+(shared with the relay benchmark through flashcoupon_loadtest.outbox).
 """
 
 from __future__ import annotations

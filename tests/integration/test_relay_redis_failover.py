@@ -1,7 +1,7 @@
 """The relay across a Redis master failover: it keeps going, and nothing that was in the outbox
 (and on a replica) before the crash is lost on the way to Kafka.
 
-A private Redis Cluster (tests/private_stack.py) whose master owning the event's slot is
+A private Redis Cluster (tests/support/private_stack.py) whose master owning the event's slot is
 SIGKILLed while the relay works through the outbox. Its consumer-group state (pending list,
 XACK/XDEL) replicates asynchronously, so the promoted replica may hand out entries again:
 duplicates in Kafka are expected and counted, losses are not allowed.

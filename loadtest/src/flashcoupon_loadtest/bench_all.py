@@ -1,6 +1,7 @@
 """`make bench`: every service benchmark plus the end-to-end burst, one table.
 
-    uv run python -m flashcoupon_loadtest.bench_all [--only driver,issuer,persister,gateway,e2e]
+    uv run python -m flashcoupon_loadtest.bench_all \
+        [--only driver,issuer,persister,gateway,relay,wallet,e2e]
 
 Each benchmark runs as its own process, one after the other (they would skew each other on a
 shared machine), and writes its JSON under loadtest/results/; this module reads what each
@@ -28,10 +29,12 @@ BENCHES = {
     "issuer": (["flashcoupon_loadtest.bench_issuer"], "bench-issuer.json"),
     "persister": (["flashcoupon_loadtest.bench_persister"], "bench-persister.json"),
     "gateway": (["flashcoupon_loadtest.bench_gateway"], "bench-gateway.json"),
+    "relay": (["flashcoupon_loadtest.bench_relay"], "bench-relay.json"),
+    "wallet": (["flashcoupon_loadtest.bench_wallet"], "bench-wallet.json"),
 }
-# Figures other steps write (`make bench` runs tests/bench first; the issuer's memory probe
-# runs on its own): shown from their latest file, with its age, not re-run here.
-WRITTEN_ELSEWHERE = {"relay": "bench-relay.json", "memory": "memory-probe.json"}
+# Figures written by a step run on its own (the issuer's memory probe): shown from their
+# latest file, with its age, not re-run here.
+WRITTEN_ELSEWHERE = {"memory": "memory-probe.json"}
 # Leaf names worth a row in the table: rates, latencies, ratios, sizes, durations.
 INTERESTING = (
     "rps",
@@ -205,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flashcoupon_loadtest.bench_all")
     ap.add_argument(
         "--only",
-        default="driver,issuer,persister,gateway,e2e",
-        help="comma-separated subset of driver,issuer,persister,gateway,e2e",
+        default="driver,issuer,persister,gateway,relay,wallet,e2e",
+        help="comma-separated subset of driver,issuer,persister,gateway,relay,wallet,e2e",
     )
     ap.add_argument("--e2e-users", type=int, default=100_000)
     ap.add_argument("--e2e-coupons", type=int, default=10_000)

@@ -1,6 +1,6 @@
-"""Relay throughput: outbox entries → Kafka records per second (printed, never asserted).
+"""`make bench-relay`: outbox entries → Kafka records per second (printed, never asserted).
 
-    make bench-relay    (or: uv run pytest tests/bench/test_relay_throughput.py -s -q)
+    uv run python -m flashcoupon_loadtest.bench_relay
 
 Writes N entries into a fresh event's outbox first, then times relays draining it into a fresh
 6-partition topic (like coupon-issued), and compares with the naive relay the DESIGN.md
@@ -11,22 +11,27 @@ shared machine is; the figures go to loadtest/results/bench-relay.json.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import time
+import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-import httpx
 from aiokafka import AIOKafkaProducer
 from flashcoupon_common.kafka_admin import create_topics
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_common.settings import KafkaSettings, RedisSettings
 from flashcoupon_relay.relay import Relay
 
-from tests.support.names import random_name
-from tests.support.polling import wait_until
-from tests.support.processes import start_relay
-from tests.support.relay import (
+from flashcoupon_loadtest import localrun
+from flashcoupon_loadtest.outbox import (
     cleanup_event,
     codes_of,
     make_coupons,
@@ -38,19 +43,50 @@ from tests.support.relay import (
     write_outbox,
 )
 
-RESULTS = Path(__file__).resolve().parents[2] / "loadtest" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 N = int(os.environ.get("FLASHCOUPON_BENCH_RELAY_ENTRIES", "50000"))
 NAIVE_N = 2000
 
 
-async def _drain_rate(stack, redis, relays: int, n: int, **kw) -> float:
+def random_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[bool]], *, within: float, interval: float = 0.2, what: str = ""
+) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {within}s waiting for {what or check}")
+        await asyncio.sleep(interval)
+
+
+def start_relay(
+    env: dict[str, str], log: Path, **overrides: str
+) -> tuple[subprocess.Popen[bytes], int]:
+    """`python -m flashcoupon_relay` on a free port; `overrides` set FLASHCOUPON_RELAY_<KEY>."""
+    port = localrun.free_port()
+    relay_env = {**env, **{f"FLASHCOUPON_RELAY_{k.upper()}": v for k, v in overrides.items()}}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flashcoupon_relay", "--port", str(port)],
+            env=relay_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return proc, port
+
+
+async def _drain_rate(env: dict[str, str], redis: Any, relays: int, n: int, **kw: Any) -> float:
+    bootstrap = KafkaSettings.from_env(env).bootstrap
     event_id, topic = random_name("bench"), random_name("t-bench")
-    await create_topics(stack.kafka.bootstrap, topic, topic + "-dlq", partitions=6)
+    await create_topics(bootstrap, topic, topic + "-dlq", partitions=6)
     try:
         await register(redis, event_id)
         await write_outbox(redis, make_coupons(event_id, n, users=n // 3), chunk=2000)
         instances = [
-            Relay(relay_settings(stack.env(), event_id, topic, **kw), redis) for _ in range(relays)
+            Relay(relay_settings(env, event_id, topic, **kw), redis) for _ in range(relays)
         ]
         started = time.perf_counter()
         async with contextlib.AsyncExitStack() as stack_of_relays:
@@ -58,19 +94,20 @@ async def _drain_rate(stack, redis, relays: int, n: int, **kw) -> float:
                 await stack_of_relays.enter_async_context(running(relay))
             await wait_until(lambda: outbox_drained(redis, event_id), within=600, interval=0.05)
             elapsed = time.perf_counter() - started
-        codes = codes_of(await read_all(stack.kafka.bootstrap, topic))
+        codes = codes_of(await read_all(bootstrap, topic))
         assert len(set(codes)) == n
         return n / elapsed
     finally:
         await cleanup_event(redis, event_id)
 
 
-async def _naive_rate(stack, n: int) -> float:
+async def _naive_rate(env: dict[str, str], n: int) -> float:
     """What the pitfall looks like: one send_and_wait per record."""
+    bootstrap = KafkaSettings.from_env(env).bootstrap
     topic = random_name("t-bench")
-    await create_topics(stack.kafka.bootstrap, topic, partitions=6)
+    await create_topics(bootstrap, topic, partitions=6)
     coupons = make_coupons(random_name("bench"), n)
-    producer = AIOKafkaProducer(bootstrap_servers=stack.kafka.bootstrap, enable_idempotence=True)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True)
     await producer.start()
     try:
         started = time.perf_counter()
@@ -87,27 +124,30 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _process_rate(stack, redis, processes: int, n: int, tmp: Path) -> tuple[float, float]:
+async def _process_rate(
+    env: dict[str, str], redis: Any, processes: int, n: int, log: Path
+) -> tuple[float, float]:
     """`processes` relay processes on one event; timed from the event's registration."""
+    bootstrap = KafkaSettings.from_env(env).bootstrap
     event_id, topic = random_name("bench"), random_name("t-bench")
-    await create_topics(stack.kafka.bootstrap, topic, topic + "-dlq", partitions=6)
+    await create_topics(bootstrap, topic, topic + "-dlq", partitions=6)
     await write_outbox(redis, make_coupons(event_id, n, users=n // 3), chunk=2000)
     procs = []
     try:
         for i in range(processes):
-            env = {"topic": topic, "dlq_topic": topic + "-dlq", "events": event_id}
-            env |= {"consumer": f"bench-{i}", "registry_refresh_ms": "100"}
-            procs.append(start_relay(stack.env(), tmp / "relays.log", **env))
-        async with httpx.AsyncClient() as http:
-            for _, port in procs:
-                await wait_until(lambda p=port: _ready(http, p), within=60, what="relay ready")
+            over = {"topic": topic, "dlq_topic": topic + "-dlq", "events": event_id}
+            over |= {"consumer": f"bench-{i}", "registry_refresh_ms": "100"}
+            procs.append(start_relay(env, log, **over))
+        for proc, port in procs:
+            url = f"http://127.0.0.1:{port}/readyz"
+            await asyncio.to_thread(localrun.wait_ready, url, timeout=60, proc=proc)
         cpu_before = sum(_cpu_seconds(p.pid) for p, _ in procs)
         started = time.perf_counter()
         await register(redis, event_id)
         await wait_until(lambda: outbox_drained(redis, event_id), within=600, interval=0.05)
         elapsed = time.perf_counter() - started
         cpu = sum(_cpu_seconds(p.pid) for p, _ in procs) - cpu_before
-        assert len(set(codes_of(await read_all(stack.kafka.bootstrap, topic)))) == n
+        assert len(set(codes_of(await read_all(bootstrap, topic)))) == n
         return n / elapsed, cpu * 1e6 / n
     finally:
         for proc, _ in procs:
@@ -116,18 +156,19 @@ async def _process_rate(stack, redis, processes: int, n: int, tmp: Path) -> tupl
         await cleanup_event(redis, event_id)
 
 
-async def _ready(http: httpx.AsyncClient, port: int) -> bool:
+async def main_async() -> None:
+    env = {**os.environ, **localrun.stack_env()}
+    log = localrun.LOG_DIR / "bench-relay.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    redis = create_redis_cluster(RedisSettings.from_env(env))
+    await redis.initialize()
     try:
-        return (await http.get(f"http://127.0.0.1:{port}/readyz")).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-async def test_relay_throughput(stack, redis_cluster, tmp_path) -> None:
-    naive = await _naive_rate(stack, NAIVE_N)
-    one = await _drain_rate(stack, redis_cluster, 1, N, batch_size=1000)
-    proc1, cpu1 = await _process_rate(stack, redis_cluster, 1, N, tmp_path)
-    proc2, cpu2 = await _process_rate(stack, redis_cluster, 2, N, tmp_path)
+        naive = await _naive_rate(env, NAIVE_N)
+        one = await _drain_rate(env, redis, 1, N, batch_size=1000)
+        proc1, cpu1 = await _process_rate(env, redis, 1, N, log)
+        proc2, cpu2 = await _process_rate(env, redis, 2, N, log)
+    finally:
+        await redis.aclose()
     _write_results(
         naive_records_per_s=naive,
         in_process_records_per_s=one,
@@ -166,3 +207,11 @@ def _write_results(**figures: float) -> None:
 
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cpus"
+
+
+def main() -> None:
+    asyncio.run(main_async())
+
+
+if __name__ == "__main__":
+    main()
