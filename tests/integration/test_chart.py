@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import kubernetes_validate
 import pytest
 import yaml
 from starlette.routing import Route
 
+from tests.support.asgi import client as asgi_client
 from tests.support.deploy import (
     CANONICAL_CRD,
     CHART,
@@ -169,9 +169,8 @@ def get_routes(app: Any) -> set[str]:
 
 async def get_status(app: Any, path: str) -> int:
     """GET through the whole ASGI app (no lifespan: nothing connects)."""
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://pod") as client:
-        return (await client.get(path)).status_code
+    async with asgi_client(app, "http://pod") as http:
+        return (await http.get(path)).status_code
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:

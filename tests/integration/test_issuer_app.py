@@ -3,7 +3,7 @@
 The app's lifespan really runs (`running`), requests go through Starlette routing, the RED
 middleware, the handler and the batcher. The 100k burst uses `asgi_post`, a minimal ASGI
 client (httpx's per-request overhead would make the burst take minutes on a 2-core box);
-the other tests use httpx.AsyncClient over ASGITransport.
+the other tests use httpx.AsyncClient over ASGITransport (tests/support/asgi.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.messages import CouponIssued
@@ -22,7 +21,7 @@ from flashcoupon_issuer.app import create_app
 from flashcoupon_issuer.settings import IssuerSettings
 from prometheus_client import REGISTRY
 
-from tests.support.asgi import running
+from tests.support.asgi import client, running
 from tests.support.issuer import ISSUE, asgi_post, make_spec
 
 
@@ -102,7 +101,7 @@ async def test_idempotency_key_replays_the_original_coupon(stack, redis_cluster,
     eid = await provisioned(redis_cluster, events, 10)
     async with (
         running(create_app(settings(stack))) as app,
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+        client(app, "http://i") as http,
     ):
         h = {"X-Flashcoupon-User": "carol", "Idempotency-Key": "k-123"}
         first = await http.post(ISSUE.format(eid), headers=h)
@@ -130,7 +129,7 @@ async def test_each_answer_has_its_status_and_code(stack, redis_cluster, events)
     u = {"X-Flashcoupon-User": "dave"}
     async with (
         running(create_app(settings(stack))) as app,
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+        client(app, "http://i") as http,
     ):
         cases = [
             (ISSUE.format(early), u, 409, "NOT_STARTED"),
@@ -178,7 +177,7 @@ async def test_sold_out_answers_make_no_redis_call(stack, redis_cluster, events)
     eid = await provisioned(redis_cluster, events, 3)
     async with (
         running(create_app(settings(stack, sold_out_ttl_s=600))) as app,
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+        client(app, "http://i") as http,
     ):
         batcher = app.state["batcher"]
         calls = 0
@@ -239,7 +238,7 @@ async def test_paused_or_unknown_event_is_never_answered_sold_out(
     unknown = "no-such-" + paused
     async with (
         running(create_app(settings(stack, sold_out_ttl_s=600))) as app,
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+        client(app, "http://i") as http,
     ):
         for i in range(3):
             r = await http.post(ISSUE.format(paused), headers={"X-Flashcoupon-User": f"p{i}"})

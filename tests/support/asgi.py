@@ -51,9 +51,13 @@ async def running(app: ASGIApp) -> AsyncIterator[LiveApp]:
         yield LiveApp(manager.app, captured["state"])
 
 
-def client(app: ASGIApp, base_url: str = "http://test", **kw: Any) -> httpx.AsyncClient:
-    """An httpx client whose requests go straight into `app` (no socket)."""
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base_url, **kw)
+def client(
+    app: ASGIApp, base_url: str = "http://test", *, raise_app_exceptions: bool = True, **kw: Any
+) -> httpx.AsyncClient:
+    """An httpx client whose requests go straight into `app` (no socket). Without `running`,
+    no lifespan runs: enough for routes that need no client (nothing connects)."""
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=raise_app_exceptions)
+    return httpx.AsyncClient(transport=transport, base_url=base_url, **kw)
 
 
 @asynccontextmanager

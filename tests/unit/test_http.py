@@ -13,6 +13,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.routing import Route
 
+from tests.support.asgi import client as asgi_client
+
 
 async def echo(request: Request) -> JSONResponse:
     return JSONResponse(await json_body(request, max_bytes=64))
@@ -41,9 +43,7 @@ def client() -> httpx.AsyncClient:
         exception_handlers=exception_handlers(),
     )
     app.add_middleware(REDMiddleware, service="test")
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app, raise_app_exceptions=False), base_url="http://t"
-    )
+    return asgi_client(app, "http://t", raise_app_exceptions=False)
 
 
 async def test_problem_json_for_domain_errors_and_framework_errors() -> None:

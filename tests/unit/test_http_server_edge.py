@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 from flashcoupon_common.http import TIMED_OUT, exception_handlers, json_body
 from flashcoupon_common.httpserver import ServerTimeouts
@@ -15,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Scope
 
+from tests.support.asgi import client as asgi_client
 from tests.support.metrics import sample
 
 
@@ -90,7 +90,6 @@ async def test_a_client_gone_mid_body_is_counted_as_what_it_is(
 
 
 async def test_a_whole_body_still_works() -> None:
-    transport = httpx.ASGITransport(app=_app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+    async with asgi_client(_app(), "http://t") as c:
         r = await c.post("/echo", content=b'{"a": 1}')
     assert r.status_code == 200 and r.text == "{'a': 1}"

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,11 @@ from flashcoupon_loadtest.outbox import (
     cleanup_event,
     codes_of,
     make_coupons,
-    outbox_drained,
     read_all,
     register,
     relay_settings,
     running,
+    wait_drained,
     write_outbox,
 )
 
@@ -50,16 +49,6 @@ NAIVE_N = 2000
 
 def random_name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[bool]], *, within: float, interval: float = 0.2, what: str = ""
-) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {within}s waiting for {what or check}")
-        await asyncio.sleep(interval)
 
 
 def start_relay(
@@ -92,7 +81,7 @@ async def _drain_rate(env: dict[str, str], redis: Any, relays: int, n: int, **kw
         async with contextlib.AsyncExitStack() as stack_of_relays:
             for relay in instances:
                 await stack_of_relays.enter_async_context(running(relay))
-            await wait_until(lambda: outbox_drained(redis, event_id), within=600, interval=0.05)
+            await wait_drained(redis, event_id, within=600)
             elapsed = time.perf_counter() - started
         codes = codes_of(await read_all(bootstrap, topic))
         assert len(set(codes)) == n
@@ -144,7 +133,7 @@ async def _process_rate(
         cpu_before = sum(_cpu_seconds(p.pid) for p, _ in procs)
         started = time.perf_counter()
         await register(redis, event_id)
-        await wait_until(lambda: outbox_drained(redis, event_id), within=600, interval=0.05)
+        await wait_drained(redis, event_id, within=600)
         elapsed = time.perf_counter() - started
         cpu = sum(_cpu_seconds(p.pid) for p, _ in procs) - cpu_before
         assert len(set(codes_of(await read_all(bootstrap, topic)))) == n

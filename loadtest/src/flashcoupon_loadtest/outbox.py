@@ -106,6 +106,15 @@ async def outbox_drained(redis: Any, event_id: str) -> bool:
     return (await redis.xpending(key, keys.RELAY_GROUP))["pending"] == 0
 
 
+async def wait_drained(redis: Any, event_id: str, *, within: float, interval: float = 0.05) -> None:
+    """Poll until the event's outbox is drained; TimeoutError after `within` seconds."""
+    deadline = time.monotonic() + within
+    while not await outbox_drained(redis, event_id):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"outbox of {event_id} not drained after {within}s")
+        await asyncio.sleep(interval)
+
+
 def relay_settings(
     bootstrap_env: Mapping[str, str], event_id: str, topic: str, **kw: Any
 ) -> RelaySettings:
