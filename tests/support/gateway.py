@@ -16,8 +16,6 @@ from flashcoupon_common.messages import Discount
 from tests.support.names import random_name
 
 SECRET = "e2e-gateway-secret-" + os.urandom(12).hex()
-
-
 AUD = "flashcoupon"
 
 

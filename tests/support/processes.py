@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,14 @@ from tests.support.stack import Stack
 READY_TIMEOUT_S = 30.0
 
 
-def ready_or_fail(url: str, proc: subprocess.Popen[Any], timeout: float, output: str = "") -> None:
+def ready_or_fail(
+    url: str, proc: subprocess.Popen[Any], timeout: float, output: Callable[[], str] = str
+) -> None:
     """localrun's readiness wait, failing the test (AssertionError) with what the process said."""
     try:
         localrun.wait_ready(f"{url}/readyz", timeout=timeout, proc=proc)
     except (RuntimeError, TimeoutError) as exc:
-        raise AssertionError(f"{exc}\n{output}") from None
+        raise AssertionError(f"{url}: {exc}\n{output()}") from None
 
 
 class Proc:
@@ -52,10 +55,7 @@ class Proc:
         self.proc = subprocess.Popen(
             [*self.argv, "--port", str(self.port)], env=self.env, stdout=self.log, stderr=self.log
         )
-        try:
-            localrun.wait_ready(f"{self.url}/readyz", timeout=READY_TIMEOUT_S, proc=self.proc)
-        except (RuntimeError, TimeoutError) as exc:
-            raise AssertionError(f"{self.argv[0]}: {exc}\n{self.output()}") from None
+        ready_or_fail(self.url, self.proc, READY_TIMEOUT_S, self.output)
         return self
 
     def stop(self) -> None:

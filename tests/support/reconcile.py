@@ -11,20 +11,10 @@ from flashcoupon_common.event_state import EventState
 from flashcoupon_common.messages import Discount
 
 START = datetime(2026, 11, 27, 5, 0, tzinfo=UTC)
-
-
 END = START + timedelta(hours=9)
-
-
 BEFORE = START - timedelta(hours=1)  # before warm-up (10 m)
-
-
 WARMING = START - timedelta(minutes=5)
-
-
 DURING = START + timedelta(minutes=1)
-
-
 AFTER = END + timedelta(seconds=1)
 
 
@@ -57,6 +47,4 @@ def State(
 
 
 BIG = TierSpec("big", Discount("fixed", amount=10_000), 10)
-
-
 SMALL = TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90)
