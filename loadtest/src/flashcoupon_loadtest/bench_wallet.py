@@ -47,12 +47,13 @@ C = int(os.environ.get("FLASHCOUPON_BENCH_WALLET_C", "32"))
 
 async def insert_coupons(engine: AsyncEngine, event_id: str, n: int) -> list[str]:
     now = datetime.now(UTC).replace(tzinfo=None)
-    rows = [
+    codes = [f"B{i:09d}" for i in range(n)]
+    rows: list[dict[str, object]] = [
         {
             "event_id": event_id,
             "user_id": f"user-{i}",
             "seq": 1,
-            "code": f"B{i:09d}",
+            "code": codes[i],
             "tier": "big",
             "discount_type": "fixed",
             "amount": 1000,
@@ -64,7 +65,7 @@ async def insert_coupons(engine: AsyncEngine, event_id: str, n: int) -> list[str
     ]
     async with engine.begin() as conn:
         await conn.execute(insert(user_coupons), rows)
-    return [r["code"] for r in rows]
+    return codes
 
 
 async def drive(target: Target, requests: list[bytes]) -> float:

@@ -103,7 +103,8 @@ async def outbox_drained(redis: Any, event_id: str) -> bool:
     key = keys.outbox_key(event_id)
     if await redis.xlen(key):
         return False
-    return (await redis.xpending(key, keys.RELAY_GROUP))["pending"] == 0
+    pending: int = (await redis.xpending(key, keys.RELAY_GROUP))["pending"]
+    return pending == 0
 
 
 async def wait_drained(redis: Any, event_id: str, *, within: float, interval: float = 0.05) -> None:
