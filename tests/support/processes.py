@@ -127,12 +127,13 @@ def start_relay(
     """`python -m flashcoupon_relay` on a free port; `overrides` set FLASHCOUPON_RELAY_<KEY>."""
     port = free_port()
     relay_env = {**env, **{f"FLASHCOUPON_RELAY_{k.upper()}": v for k, v in overrides.items()}}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flashcoupon_relay", "--port", str(port)],
-        env=relay_env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
+    with log.open("ab") as out:  # the child has its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flashcoupon_relay", "--port", str(port)],
+            env=relay_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     return proc, port
 
 
