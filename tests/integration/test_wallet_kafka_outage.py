@@ -95,17 +95,19 @@ async def test_redemption_succeeds_while_kafka_is_down_and_is_published_after(
         assert failures > failures0
         await asyncio.sleep(1.5)  # an outage of a few retries, not one blip
         assert (
-            scraped_exactly((await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_pending")
+            scraped_exactly(
+                (await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_outbox_length"
+            )
             >= 1
         )
-        oldest = "flashcoupon_wallet_redeemed_oldest_pending_seconds"
+        oldest = "flashcoupon_wallet_redeemed_outbox_oldest_age_seconds"
         assert scraped_exactly((await c.get("/metrics")).text, oldest) > 0
         assert [(e.code, e.order_id) for e in await outbox_events(mysql_engine)] == [(code, "o-1")]
         assert (await c.get("/readyz")).status_code == 200  # Kafka does not decide readiness
 
         async with forwarder(port, stack.kafka.bootstrap):
             pending = await wait_metric(
-                c, "flashcoupon_wallet_redeemed_pending", lambda v: v == 0, 30
+                c, "flashcoupon_wallet_redeemed_outbox_length", lambda v: v == 0, 30
             )
             assert pending == 0
             assert await outbox_events(mysql_engine) == []
