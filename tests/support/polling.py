@@ -35,15 +35,3 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what or check}")
         await asyncio.sleep(interval)
-
-
-def wait_until_sync(
-    check: Callable[[], bool], within: float, interval: float = 0.2, *, what: str = ""
-) -> bool:
-    """`wait_until` for synchronous tests (TestClient, subprocess-only tests)."""
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what or check}")
-        time.sleep(interval)
-    return True
