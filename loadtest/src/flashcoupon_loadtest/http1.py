@@ -89,9 +89,13 @@ class Connection:
         sent once more on a new connection — it was never read, and ours carry
         Idempotency-Keys anyway.
         """
-        reused = self._conn is not None and self._conn.open
+        conn = self._conn
+        reused = conn is not None and conn.open
+        if not reused:  # checked here, not in connect(): no extra await per request
+            conn = await self.connect()
+        assert conn is not None
         try:
-            status, head, _, body = await (await self.connect()).exchange(raw)
+            status, head, _, body = await conn.exchange(raw)
         except StaleConnectionError:
             if not reused:
                 raise
