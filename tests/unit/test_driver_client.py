@@ -7,8 +7,9 @@ from collections import Counter
 
 import jwt
 import pytest
+from flashcoupon_common import http1
 from flashcoupon_loadtest.driver import WorkerContext
-from flashcoupon_loadtest.http1 import Connection, Target, build_request, header_value
+from flashcoupon_loadtest.http1 import Connection, ProtocolError, Target, build_request
 from flashcoupon_loadtest.scenarios import Burst, classify
 from flashcoupon_loadtest.stats import ISSUED
 from flashcoupon_loadtest.tokens import TokenMinter
@@ -27,13 +28,17 @@ class _Sink:
         pass
 
 
+def _wire(data: bytes, sink: _Sink) -> http1.Connection:
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    return http1.Connection(reader, sink)  # type: ignore[arg-type]
+
+
 def _conn_reading(wire: bytes) -> tuple[Connection, _Sink]:
     conn = Connection(Target.parse("http://127.0.0.1:8080"))
-    reader = asyncio.StreamReader()
-    reader.feed_data(wire)
-    reader.feed_eof()
     sink = _Sink()
-    conn._reader, conn._writer = reader, sink  # type: ignore[assignment]
+    conn._conn = _wire(wire, sink)
     return conn, sink
 
 
@@ -45,15 +50,11 @@ def test_target_parse_and_request_bytes() -> None:
         b"POST /api/v1/x HTTP/1.1\r\nHost: shop.example.com\r\nIdempotency-Key: k\r\n"
         b"Content-Length: 0\r\n\r\n"
     )
+    assert build_request(t, "GET", "/healthz") == (
+        b"GET /api/healthz HTTP/1.1\r\nHost: shop.example.com\r\n\r\n"
+    )
     with pytest.raises(ValueError):
         Target.parse("ftp://x")
-
-
-def test_header_value_is_case_insensitive() -> None:
-    head = b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\nRetry-After: 3\r\n\r\n"
-    assert header_value(head, b"content-length") == b"12"
-    assert header_value(head, b"retry-after") == b"3"
-    assert header_value(head, b"connection") is None
 
 
 async def test_keep_alive_answers_in_sequence_and_chunked_bodies() -> None:
@@ -68,7 +69,7 @@ async def test_keep_alive_answers_in_sequence_and_chunked_bodies() -> None:
     assert (await conn.request(b"B"))[::2] == (200, b"hello world")
     assert (await conn.request(b"C"))[::2] == (410, b"x")
     assert sink.sent == b"AB" + b"C"
-    assert conn._writer is None  # the server said close: the next request reconnects
+    assert conn._conn is not None and not conn._conn.open  # the server said close: reconnect
 
 
 def test_classify_issue_answers() -> None:
@@ -127,29 +128,22 @@ def test_sse_parser_keeps_incomplete_events_for_the_next_chunk() -> None:
 
 async def test_a_keep_alive_closed_while_idle_is_retried_once_on_a_new_connection() -> None:
     conn, sink = _conn_reading(b"")  # the server closed the idle connection: EOF at once
-    fresh = asyncio.StreamReader()
-    fresh.feed_data(b"HTTP/1.1 410 Gone\r\ncontent-length: 2\r\n\r\n{}")
-    fresh.feed_eof()
+    fresh = _wire(b"HTTP/1.1 410 Gone\r\ncontent-length: 2\r\n\r\n{}", sink)
 
-    async def reconnect() -> None:
-        conn._reader, conn._writer = fresh, sink  # type: ignore[assignment]
+    async def reconnect() -> http1.Connection:
+        return fresh
 
-    conn.connect = reconnect  # type: ignore[method-assign]
+    conn._open = reconnect  # type: ignore[method-assign]
     assert (await conn.request(b"REQ"))[::2] == (410, b"{}")
     assert sink.sent == b"REQREQ"  # sent once on the dead connection, once on the new one
 
 
 async def test_a_fresh_connection_closed_before_answering_is_an_error() -> None:
-    from flashcoupon_loadtest.http1 import ProtocolError
+    conn = Connection(Target.parse("http://127.0.0.1:8080"))  # not reused: not sent again
 
-    conn, _ = _conn_reading(b"")
-    conn._writer = None  # not reused: the request is not sent again
+    async def connect() -> http1.Connection:
+        return _wire(b"", _Sink())
 
-    async def connect() -> None:
-        reader = asyncio.StreamReader()
-        reader.feed_eof()
-        conn._reader, conn._writer = reader, _Sink()  # type: ignore[assignment]
-
-    conn.connect = connect  # type: ignore[method-assign]
+    conn._open = connect  # type: ignore[method-assign]
     with pytest.raises(ProtocolError):
         await conn.request(b"REQ")

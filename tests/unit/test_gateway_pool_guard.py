@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from flashcoupon_common.http import user_from_header
-from flashcoupon_gateway.pool import HTTPPool, UnsafeRequestError, request_head
+from flashcoupon_common.http1 import UnsafeRequestError, request_head
+from flashcoupon_gateway.pool import HTTPPool
 
 USER = "X-Flashcoupon-User"
 
@@ -64,7 +65,7 @@ def test_method_must_be_a_token() -> None:
 
 
 async def test_the_pool_refuses_before_connecting() -> None:
-    # Port 9 (discard) on loopback is closed: any connection attempt would be an UpstreamError.
+    # Port 9 (discard) on loopback is closed: any connection attempt would be a ProtocolError.
     pool = HTTPPool("http://127.0.0.1:9")
     with pytest.raises(UnsafeRequestError):
         await pool.request("POST", "/x\n", {}, deadline_seconds=1)

@@ -25,10 +25,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flashcoupon_common.http import ProblemError
+from flashcoupon_common.http1 import ProtocolError, UnsafeRequestError
 
 from flashcoupon_gateway.breaker import Breaker, State, Verdict, retry_after_header, verdict
 from flashcoupon_gateway.metrics import BREAKER_STATE, SHED, UPSTREAM_DURATION
-from flashcoupon_gateway.pool import HTTPPool, UnsafeRequestError, UpstreamError
+from flashcoupon_gateway.pool import HTTPPool
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class Forwarder:
         start = time.perf_counter()
         headers = {**headers, DEADLINE_HEADER: self._deadline_ms}
         try:
-            status, raw_headers, content = await up.pool.request(
+            status, _, raw_headers, content = await up.pool.request(
                 method, path, headers, body, deadline_seconds=self.timeout
             )
         except TimeoutError:
@@ -153,7 +154,7 @@ class Forwarder:
             raise unavailable(
                 f"the {up.kind} did not answer in time", 1, "upstream_timeout"
             ) from None
-        except UpstreamError as exc:
+        except ProtocolError as exc:
             self._failed(up, start, "error")
             logger.warning("%s %s failed: %s", up.kind, up.base_url, exc)
             raise unavailable(f"the {up.kind} is unreachable", 1, "upstream_error") from None
