@@ -114,3 +114,9 @@ chart-check: ## helm lint + render the chart for Kubernetes 1.31 (default and ci
 
 sync-crd: ## copy the canonical CRD (k8s/crd/) into the chart's crds/
 	cp k8s/crd/couponevents.flashcoupon.io.yaml $(CHART)/crds/couponevents.flashcoupon.io.yaml
+
+# ---------------------------------------------------------------- chaos (docs/reliability.md)
+
+.PHONY: chaos
+chaos: install ## fault rows on a private stack, one table + loadtest/results/chaos.json (FAULT=row[,row])
+	$(RUN) python -m flashcoupon_loadtest.chaos $(if $(FAULT),--fault $(FAULT))
