@@ -110,3 +110,13 @@ def test_caught_up() -> None:
     issued = [(1.0, 10), (2.0, 20), (3.0, 30)]
     assert caught_up(issued, [(2.5, 5), (3.5, 20), (4.0, 30)], end=2.0) == 1.5
     assert caught_up(issued, [(2.5, 5)], end=2.0) is None
+
+
+def test_a_holder_told_their_coupon_before_a_503_is_not_unrevealed() -> None:
+    stores = held(("a", "C1"))
+    answers = [
+        ans("a", 201, coupon="C1", sent=0.5),
+        ans("a", 503, sent=1.0),
+        ans("a", 410, code="SOLD_OUT", sent=5, phase="retry"),
+    ]
+    assert run(answers, stores, stores, quantity=1).wrong == {}

@@ -13,7 +13,8 @@ a row:
   write on a crashed or demoted master) — invariant 4;
 - **wrong answers**, by kind: `false_sold_out` (410 while a later counter sample shows supply
   left; the event is active for the whole run), `unrevealed_503` / `unrevealed_error` (a
-  shopper answered 503, or not at all, who holds a coupon that their retries did not return),
+  shopper answered 503, or not at all, before learning a coupon they hold, and whose later
+  answers — their retries — never carried it),
   `other_5xx` (any 5xx but 503), `wrong_coupon` (a 409 DUPLICATE carrying a code the shopper
   does not hold, or a 201 carrying another shopper's code), `unexpected_status` (anything
   else but 201/409/410/429 on an active, provisioned event — e.g. 404 after a shard lost
@@ -215,19 +216,21 @@ def judge(
         mine.sort(key=lambda a: a.sent)
         final = mine[-1]
         still += final.status in UNDECIDED
-        kinds = {
-            "unrevealed_503" if a.status == 503 else "unrevealed_error"
-            for a in mine
-            if a.status in (0, 503)
-        }
-        if not kinds or not held[user]:
+        if not held[user]:
             continue
-        revealed = final.status in (201, 409) and final.coupon in held[user]
-        if not revealed:
-            kind = "unrevealed_503" if "unrevealed_503" in kinds else "unrevealed_error"
-            wrong[kind] += 1
-            seen = [(a.status, a.code, a.coupon) for a in mine]
-            note(kind, f"{user} holds {sorted(held[user])}; answers {seen}")
+        # The first 503 (or missing answer) of a shopper who had not yet been told a coupon
+        # they hold: some later answer (their retries) must carry it. A holder who already
+        # got their 201 and is then answered 503 on a second press knows their coupon.
+        knew = False
+        for k, a in enumerate(mine):
+            if a.status in (0, 503) and not knew:
+                if not any(b.coupon in held[user] for b in mine[k + 1 :]):
+                    kind = "unrevealed_503" if a.status == 503 else "unrevealed_error"
+                    wrong[kind] += 1
+                    seen = [(b.status, b.code, b.coupon) for b in mine]
+                    note(kind, f"{user} holds {sorted(held[user])}; answers {seen}")
+                break
+            knew = knew or a.coupon in held[user]
 
     # latency and recovery (burst answers only: retries are the harness's, not the crowd's)
     start, end = fault
