@@ -57,6 +57,7 @@ class Fault:
     relays: int = 1
     persisters: int = 1
     gateway_redis: bool = False  # the gateways get a Redis Cluster of their own
+    redis_proxy: bool = False  # clients reach Redis through toxiproxy (chaos/toxi.py)
     issuer_env: dict[str, str] = field(default_factory=dict)
 
     def hold_seconds(self, timing: Timing) -> float:
@@ -113,6 +114,22 @@ def _gateway_redis(verb: str) -> Action:
         assert gw is not None
         for port in gw.redis_ports:
             getattr(gw, verb)(f"redis-{port}")
+
+    return act
+
+
+def _proxy(verb: str, ms: int = 0) -> Action:
+    """On the event master's proxy: latency (ms), clear, cut (disable) or mend (enable)."""
+
+    async def act(ctx: RowContext) -> None:
+        proxies = ctx.proxies
+        assert proxies is not None
+        if verb == "latency":
+            proxies.latency(ctx.master, ms)
+        elif verb == "clear":
+            proxies.clear(ctx.master)
+        else:
+            proxies.enable(ctx.master, verb == "mend")
 
     return act
 
@@ -188,6 +205,22 @@ def _faults() -> list[Fault]:
             _gateway_redis("thaw"),
             hold="freeze",
             gateway_redis=True,
+        ),
+        Fault(
+            "redis-net-latency",
+            "+300 ms on every client connection to the event's Redis master (toxiproxy)",
+            _proxy("latency", 300),
+            _proxy("clear"),
+            hold="freeze",
+            redis_proxy=True,
+        ),
+        Fault(
+            "redis-net-cut",
+            "clients cut from the event's (healthy) Redis master, no failover (toxiproxy)",
+            _proxy("cut"),
+            _proxy("mend"),
+            hold="redis_freeze",
+            redis_proxy=True,
         ),
     ]
     for durability in ("none", "replica"):

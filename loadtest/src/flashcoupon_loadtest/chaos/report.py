@@ -77,7 +77,9 @@ def format_table(rows: Sequence[RowResult]) -> str:
         lines.append(" ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)))
     notes = []
     for r in rows:
-        if r.error:
+        if r.error and r.verdict == "SKIP":
+            notes.append(f"  {r.fault.name}: {r.error}")
+        elif r.error:
             notes.append(f"  {r.fault.name}: ERROR {r.error} (logs {r.logs})")
         if r.figures is None:
             continue

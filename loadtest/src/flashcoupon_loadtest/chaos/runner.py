@@ -36,6 +36,7 @@ from flashcoupon_common.settings import MysqlSettings, RedisSettings
 from flashcoupon_loadtest.chaos.checker import Figures, judge
 from flashcoupon_loadtest.chaos.faults import Fault, Timing
 from flashcoupon_loadtest.chaos.stack import PrivateStack
+from flashcoupon_loadtest.chaos.toxi import RedisProxies, Unavailable
 from flashcoupon_loadtest.chaos.workload import Plan, Workload
 from flashcoupon_loadtest.invariants import (
     check_event,
@@ -73,6 +74,7 @@ class RowContext:
     stack: PrivateStack
     services: ChaosServices
     master: str  # redis-<port> owning the event's slot when the row began
+    proxies: RedisProxies | None = None
 
 
 @dataclass
@@ -97,6 +99,8 @@ class RowResult:
 
     @property
     def verdict(self) -> str:
+        if self.error is not None and self.error.startswith("SKIP"):
+            return "SKIP"
         if self.failures:
             return "FAIL"
         if self.figures is not None and self.figures.failures():
@@ -172,6 +176,7 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
     }
     timeline: dict[str, float] = {}
     services: ChaosServices | None = None
+    proxies: RedisProxies | None = None
     try:
         await redis.initialize()
         spec = _spec(event_id, quantity)
@@ -179,7 +184,9 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
         await _catalog(engine, spec)
         if fault.gateway_redis:
             gw = await asyncio.to_thread(stack.start_gateway_redis)
-            gw_redis = create_redis_cluster(RedisSettings.from_env(gw.service_env()))
+            gw_redis = create_redis_cluster(
+                RedisSettings.from_env({"FLASHCOUPON_REDIS_NODES": gw.redis_nodes_setting})
+            )
             try:  # the gateway reads the event's admission settings from its own Redis
                 await gw_redis.initialize()
                 await event_state.provision(gw_redis, _spec(event_id, quantity))
@@ -187,6 +194,9 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
                 await gw_redis.aclose()
             gateway_env["FLASHCOUPON_REDIS_NODES"] = gw.redis_nodes_setting
         await create_topics(stack.kafka_bootstrap, topic, partitions=6)
+        if fault.redis_proxy:
+            proxies = RedisProxies(stack, log_dir)
+            await asyncio.to_thread(proxies.start)
         services = ChaosServices(
             wallet=False,
             relays=fault.relays,
@@ -211,7 +221,8 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
         )
         await asyncio.to_thread(services.start)
         node = redis.nodes_manager.get_node_from_slot(redis.keyslot(keys.config_key(event_id)))
-        ctx = RowContext(stack, services, f"redis-{node.port}")
+        real = {v: k for k, v in proxies.proxy_of.items()} if proxies else {}
+        ctx = RowContext(stack, services, f"redis-{real.get(node.port, node.port)}", proxies)
         plan = Plan(event_id, shoppers, timing.rate, prefix=f"u{secrets.token_hex(2)}")
 
         async with Workload(plan, services.gateway_urls) as load:
@@ -285,6 +296,8 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             None,
             str(log_dir),
         )
+    except Unavailable as exc:
+        return RowResult(fault, event_id, None, timeline, None, [], f"SKIP: {exc}", str(log_dir))
     except Exception as exc:  # noqa: BLE001 - a row that cannot run is reported, not fatal
         return RowResult(
             fault, event_id, None, timeline, None, [], f"{type(exc).__name__}: {exc}", str(log_dir)
@@ -292,6 +305,8 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
     finally:
         if services is not None:
             await asyncio.to_thread(services.stop)
+        if proxies is not None:
+            await asyncio.to_thread(proxies.stop)
         await redis.aclose()
         await engine.dispose()
 

@@ -116,7 +116,15 @@ class PrivateStack:
         return proc
 
     def start(self, *parts: str) -> None:
-        self._stack("up", *parts)
+        # stack.sh gives a server 60 s to open its port; on a machine shared with other
+        # engineers' runs a JVM can take longer. `up` is idempotent: asking again waits again.
+        for attempt in range(3):
+            try:
+                self._stack("up", *parts)
+                break
+            except RuntimeError:
+                if attempt == 2:
+                    raise
         if not parts or "mariadb" in parts:
             self.migrate()
 
