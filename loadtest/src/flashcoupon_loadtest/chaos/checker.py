@@ -37,7 +37,8 @@ from flashcoupon_loadtest.invariants import Holding
 # What a shopper pressing "get coupon" on an active, provisioned event may be answered.
 EXPECTED = {0, 201, 409, 410, 429, 503}
 EXPECTED_CODE = {409: "DUPLICATE", 410: "SOLD_OUT"}  # not NOT_STARTED, ENDED, ...
-SLOW = 1.0  # seconds: an answer slower than this is not "normal" for the recovery figure
+SLOW = 1.0
+INSTANT_WINDOW = 5.0  # seconds: an answer slower than this is not "normal" for the recovery figure
 CATEGORIES = ("lost", "duplicated", "oversold", "mismatch", "wrong")
 
 
@@ -235,7 +236,9 @@ def judge(
     # latency and recovery (burst answers only: retries are the harness's, not the crowd's)
     start, end = fault
     burst = [a for a in answers if a.phase == "burst"]
-    during = [a.latency for a in burst if start <= a.sent <= end]
+    # An instant fault (a kill nobody undoes) is measured over the 5 s that follow it.
+    window = max(end, start + INSTANT_WINDOW)
+    during = [a.latency for a in burst if start <= a.sent <= window]
     before = [a.latency for a in burst if a.sent < start]
 
     def normal(a: Answer) -> bool:

@@ -37,12 +37,12 @@ class Timing:
     @classmethod
     def full(cls) -> Timing:
         return cls(
-            rate=120, warm=4, after=10, freeze=30, down=5, redis_freeze=8, retry=60, drain=120
+            rate=60, warm=4, after=10, freeze=30, down=5, redis_freeze=8, retry=60, drain=120
         )
 
     @classmethod
     def short(cls) -> Timing:
-        return cls(rate=60, warm=2, after=5, freeze=5, down=2, redis_freeze=6, retry=40, drain=60)
+        return cls(rate=40, warm=2, after=5, freeze=5, down=2, redis_freeze=6, retry=40, drain=60)
 
 
 @dataclass(frozen=True)

@@ -121,19 +121,21 @@ class RedisProxies:
         for port, proxy in self.proxy_of.items():
             _cli(port, "config", "set", "cluster-announce-bus-port", str(port + 10000))
             _cli(port, "config", "set", "cluster-announce-port", str(proxy))
-        self._wait_announced()
+        self._wait_announced(set(self.proxy_of.values()))
 
-    def _wait_announced(self, within: float = 20.0) -> None:
-        """Until every node's CLUSTER SLOTS lists the announced (proxy) ports only."""
-        want = set(self.proxy_of.values())
+    def _wait_announced(self, want: set[int], within: float = 20.0) -> None:
+        """Until every node's CLUSTER SLOTS lists exactly the ports `want` (gossip is lazy)."""
+        known = set(self.proxy_of) | set(self.proxy_of.values())
         deadline = time.monotonic() + within
         while time.monotonic() < deadline:
-            slots = _cli(self.stack.redis_ports[0], "cluster", "slots")
-            ports = {int(x) for x in slots.split() if x.isdigit() and int(x) in want}
-            if len(ports) == len(want):
+            ok = True
+            for port in self.stack.redis_ports:
+                slots = _cli(port, "cluster", "slots").split()
+                ok = ok and {int(x) for x in slots if x.isdigit() and int(x) in known} == want
+            if ok:
                 return
             time.sleep(0.3)
-        raise RuntimeError("Redis nodes did not announce the proxy ports")
+        raise RuntimeError(f"Redis nodes did not announce ports {sorted(want)}")
 
     def latency(self, node: str, ms: int) -> None:
         self._api(
@@ -156,12 +158,17 @@ class RedisProxies:
         self._api("POST", f"/proxies/{node}", {"enabled": enabled})
 
     def stop(self) -> None:
-        for port in self.proxy_of:
-            _cli(port, "config", "set", "cluster-announce-port", "0")
-            _cli(port, "config", "set", "cluster-announce-bus-port", "0")
-        self.proc.terminate()
         try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._log.close()
+            for port in self.proxy_of:
+                _cli(port, "config", "set", "cluster-announce-port", "0")
+                _cli(port, "config", "set", "cluster-announce-bus-port", "0")
+            # Until every node lists the real ports again, a new client could be sent to a
+            # proxy that no longer exists.
+            self._wait_announced(set(self.proxy_of))
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self._log.close()
