@@ -123,3 +123,9 @@ sync-crd: ## copy the canonical CRD (k8s/crd/) into the chart's crds/
 .PHONY: observe-check
 observe-check: stack-up ## a private Prometheus scrapes a local run + burst; every dashboard query and rule returns data
 	$(RUN) python -m flashcoupon_loadtest.observe
+
+# ---------------------------------------------------------------- chaos (docs/reliability.md)
+
+.PHONY: chaos
+chaos: install ## fault rows on a private stack, one table + loadtest/results/chaos.json (FAULT=row[,row])
+	$(RUN) python -m flashcoupon_loadtest.chaos $(if $(FAULT),--fault $(FAULT))

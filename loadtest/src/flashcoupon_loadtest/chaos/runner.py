@@ -1,0 +1,348 @@
+"""One chaos row end to end: event, services, burst + fault, retries, drain, check.
+
+A row gets a fresh event (its own id, Kafka topic and persister group) on the shared private
+stack and a fresh set of service processes (2 gateways, 2 issuers, relay(s), persister(s)),
+so rows never see each other's traffic. The stack is made healthy again before each row
+(`stack.sh up` restarts whatever a previous row left dead and waits for the Redis Cluster to
+be whole with every replica linked).
+
+Timeline on the workload's clock: burst starts at 0; the fault is injected at `warm`; after
+`hold` seconds it is recovered (restart / resume), which ends the fault; the burst goes on
+for `after` seconds more. Then undecided shoppers retry, the pipeline drains, and both stores
+are read directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import secrets
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from flashcoupon_common import event_state, keys
+from flashcoupon_common.db.engine import create_engine
+from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.kafka_admin import create_topics
+from flashcoupon_common.messages import Discount
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_common.settings import MysqlSettings, RedisSettings
+
+from flashcoupon_loadtest.chaos.checker import Figures, judge
+from flashcoupon_loadtest.chaos.faults import Fault, Timing
+from flashcoupon_loadtest.chaos.stack import PrivateStack
+from flashcoupon_loadtest.chaos.toxi import RedisProxies, Unavailable
+from flashcoupon_loadtest.chaos.workload import Plan, Workload
+from flashcoupon_loadtest.invariants import (
+    check_event,
+    persisted_count,
+    read_mysql,
+    read_redis,
+)
+from flashcoupon_loadtest.localrun import LocalServices, Service, wait_ready
+
+SUPPLY = 0.8  # coupons per shopper: the event sells out near the end of the burst
+
+
+class ChaosServices(LocalServices):
+    """LocalServices whose processes a fault may kill and an operator restart."""
+
+    def by_name(self, name: str) -> Service:
+        return next(s for s in self.services if s.name == name)
+
+    def kill(self, name: str) -> None:
+        s = self.by_name(name)
+        assert s.proc is not None
+        s.proc.kill()
+        s.proc.wait(timeout=10)
+
+    def restart(self, name: str) -> None:
+        s = self.by_name(name)
+        if s.log is not None:
+            s.log.close()
+        self._spawn(s)
+        wait_ready(f"{s.url}/readyz", timeout=self.ready_timeout, proc=s.proc)
+
+
+@dataclass
+class RowContext:
+    stack: PrivateStack
+    services: ChaosServices
+    master: str  # redis-<port> owning the event's slot when the row began
+    proxies: RedisProxies | None = None
+
+
+@dataclass
+class RowResult:
+    fault: Fault
+    event_id: str
+    figures: Figures | None
+    timeline: dict[str, float]
+    drain_s: float | None
+    invariants: list[dict[str, Any]]
+    error: str | None
+    logs: str
+
+    @property
+    def failures(self) -> list[str]:
+        if self.figures is None:
+            return ["error"]
+        found = self.figures.failures(self.fault.allowed)
+        if self.drain_s is None:
+            found.append("not drained")
+        return found
+
+    @property
+    def verdict(self) -> str:
+        if self.error is not None and self.error.startswith("SKIP"):
+            return "SKIP"
+        if self.failures:
+            return "FAIL"
+        if self.figures is not None and self.figures.failures():
+            return "PASS*"  # only documented, allowed categories occurred
+        return "PASS"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "row": self.fault.name,
+            "fault": self.fault.what,
+            "durability": self.fault.durability,
+            "allowed": list(self.fault.allowed),
+            "verdict": self.verdict,
+            "failures": self.failures,
+            "event_id": self.event_id,
+            "timeline_s": self.timeline,
+            "drain_s": self.drain_s,
+            "figures": self.figures.to_json() if self.figures else None,
+            "invariants": self.invariants,
+            "error": self.error,
+            "logs": self.logs,
+        }
+
+
+async def heal(stack: PrivateStack) -> None:
+    """Restart whatever a previous row left dead; fail loudly if the stack stays unhealthy."""
+    ok, status = await asyncio.to_thread(stack.healthy)
+    if not ok:
+        await asyncio.to_thread(stack.start)
+        ok, status = await asyncio.to_thread(stack.healthy)
+    if not ok:
+        raise RuntimeError(f"private stack unhealthy before the row:\n{status}")
+
+
+def _spec(event_id: str, quantity: int) -> EventSpec:
+    now = datetime.now(UTC)
+    return EventSpec(
+        event_id=event_id,
+        title="chaos",
+        quantity=quantity,
+        start_at=now - timedelta(seconds=5),
+        end_at=now + timedelta(hours=1),
+        tiers=(TierSpec("all", Discount("fixed", amount=500), 100),),
+    )
+
+
+async def _retrying(what: str, call: Any, within: float = 60.0) -> Any:
+    """Reads during/after a failover: retry until the cluster answers."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what}: {exc!r}") from exc
+            await asyncio.sleep(0.5)
+
+
+async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: Path) -> RowResult:
+    await heal(stack)
+    event_id = f"chaos-{fault.name}-{secrets.token_hex(3)}"
+    hold = fault.hold_seconds(timing)
+    shoppers = math.ceil(timing.rate * (timing.warm + hold + timing.after + 5))
+    quantity = int(shoppers * SUPPLY)
+    env = stack.service_env()
+    topic = f"{event_id}-issued"
+    log_dir = log_root / fault.name
+    redis = create_redis_cluster(RedisSettings.from_env(env))
+    engine = create_engine(MysqlSettings.from_env(env), pool_size=2)
+    gateway_env: dict[str, str] = {
+        "FLASHCOUPON_GATEWAY_IP_PER_SECOND": "1000",
+        "FLASHCOUPON_GATEWAY_IP_BURST": "1000",
+    }
+    timeline: dict[str, float] = {}
+    services: ChaosServices | None = None
+    proxies: RedisProxies | None = None
+    try:
+        await redis.initialize()
+        spec = _spec(event_id, quantity)
+        await event_state.provision(redis, spec)
+        await _catalog(engine, spec)
+        if fault.gateway_redis:
+            gw = await asyncio.to_thread(stack.start_gateway_redis)
+            gw_redis = create_redis_cluster(
+                RedisSettings.from_env({"FLASHCOUPON_REDIS_NODES": gw.redis_nodes_setting})
+            )
+            try:  # the gateway reads the event's admission settings from its own Redis
+                await gw_redis.initialize()
+                await event_state.provision(gw_redis, _spec(event_id, quantity))
+            finally:
+                await gw_redis.aclose()
+            gateway_env["FLASHCOUPON_REDIS_NODES"] = gw.redis_nodes_setting
+        await create_topics(stack.kafka_bootstrap, topic, partitions=6)
+        if fault.redis_proxy:
+            proxies = RedisProxies(stack, log_dir)
+            await asyncio.to_thread(proxies.start)
+        services = ChaosServices(
+            wallet=False,
+            relays=fault.relays,
+            persisters=fault.persisters,
+            env=env,
+            log_dir=log_dir,
+            per_service_env={
+                "issuer": {"FLASHCOUPON_ISSUER_DURABILITY": fault.durability, **fault.issuer_env},
+                "gateway": gateway_env,
+                "relay": {
+                    "FLASHCOUPON_RELAY_EVENTS": event_id,
+                    "FLASHCOUPON_RELAY_TOPIC": topic,
+                    # A dead relay's pending entries are claimed after 5 s, not 30 s.
+                    "FLASHCOUPON_RELAY_CLAIM_IDLE_MS": "5000",
+                    "FLASHCOUPON_RELAY_CLAIM_INTERVAL_MS": "1000",
+                },
+                "persister": {
+                    "FLASHCOUPON_PERSISTER_TOPIC": topic,
+                    "FLASHCOUPON_PERSISTER_GROUP_ID": f"{event_id}-persister",
+                },
+            },
+        )
+        await asyncio.to_thread(services.start)
+        node = redis.nodes_manager.get_node_from_slot(redis.keyslot(keys.config_key(event_id)))
+        port = int(node.port)
+        real = {v: k for k, v in proxies.proxy_of.items()} if proxies else {}
+        ctx = RowContext(stack, services, f"redis-{real.get(port, port)}", proxies)
+        plan = Plan(event_id, shoppers, timing.rate, prefix=f"u{secrets.token_hex(2)}")
+
+        async with Workload(plan, services.gateway_urls) as load:
+            samples: list[tuple[float, int]] = []  # (time, Redis issued counter)
+            persisted: list[tuple[float, int]] = []  # (time, MySQL rows)
+
+            async def sample() -> None:
+                while True:
+                    t = load.now()
+                    with contextlib.suppress(Exception):
+                        state = await asyncio.wait_for(event_state.read_state(redis, event_id), 1)
+                        if state is not None:
+                            samples.append((t, state.issued))
+                    await asyncio.sleep(0.2)
+
+            async def sample_mysql() -> None:
+                while True:
+                    t = load.now()
+                    with contextlib.suppress(Exception):
+                        rows = await asyncio.wait_for(persisted_count(engine, event_id), 1)
+                        persisted.append((t, rows))
+                    await asyncio.sleep(0.25)
+
+            async def inject() -> None:
+                await asyncio.sleep(timing.warm)
+                timeline["fault_start"] = load.now()
+                await fault.inject(ctx)
+                timeline["injected"] = load.now()
+                if fault.recover is not None:
+                    await asyncio.sleep(hold)
+                    timeline["recover_start"] = load.now()
+                    await fault.recover(ctx)
+                timeline["fault_end"] = load.now()
+
+            samplers = [asyncio.create_task(sample()), asyncio.create_task(sample_mysql())]
+            try:
+                await asyncio.gather(load.burst(), inject())
+                timeline["burst_end"] = load.now()
+                await load.retry_undecided(timing.retry)
+                timeline["retries_end"] = load.now()
+                drained_at = await _drain(redis, engine, event_id, timing.drain)
+                drain_s = None
+                if drained_at is not None:
+                    drain_s = round(drained_at - load.t0 - timeline["retries_end"], 2)
+            finally:
+                for task in samplers:
+                    task.cancel()
+                await asyncio.gather(*samplers, return_exceptions=True)
+            state, redis_held = await _retrying("read Redis", lambda: read_redis(redis, event_id))
+            mysql_held = await _retrying("read MySQL", lambda: read_mysql(engine, event_id))
+            figures = judge(
+                load.answers,
+                redis=redis_held,
+                mysql=mysql_held,
+                issued=state.issued if state else 0,
+                quantity=quantity,
+                per_user_limit=1,
+                samples=samples,
+                fault=(timeline["fault_start"], timeline["fault_end"]),
+                persisted=persisted,
+            )
+            answers = [(a.user, a.coupon) for a in load.answers if a.status == 201 and a.coupon]
+            checks = await check_event(redis, engine, event_id, demand=shoppers, answers=answers)
+        return RowResult(
+            fault,
+            event_id,
+            figures,
+            {k: round(v, 2) for k, v in timeline.items()},
+            drain_s,
+            [c.to_json() for c in checks],
+            None,
+            str(log_dir),
+        )
+    except Unavailable as exc:
+        return RowResult(fault, event_id, None, timeline, None, [], f"SKIP: {exc}", str(log_dir))
+    except Exception as exc:  # noqa: BLE001 - a row that cannot run is reported, not fatal
+        return RowResult(
+            fault, event_id, None, timeline, None, [], f"{type(exc).__name__}: {exc}", str(log_dir)
+        )
+    finally:
+        if services is not None:
+            await asyncio.to_thread(services.stop)
+        if proxies is not None:
+            await asyncio.to_thread(proxies.stop)
+        await redis.aclose()
+        await engine.dispose()
+
+
+async def _catalog(engine: Any, spec: EventSpec) -> None:
+    """The coupon_events row every user_coupons row references (couponctl writes it too)."""
+    from flashcoupon_common.db.schema import coupon_events
+
+    async with engine.begin() as conn:
+        await conn.execute(
+            coupon_events.insert().values(
+                id=spec.event_id,
+                title=spec.title,
+                quantity=spec.quantity,
+                per_user_limit=spec.per_user_limit,
+                start_at=spec.start_at.replace(tzinfo=None),
+                end_at=spec.end_at.replace(tzinfo=None),
+                valid_for_seconds=int(spec.valid_for.total_seconds()),
+                spec="{}",
+            )
+        )
+
+
+async def _drain(redis: Any, engine: Any, event_id: str, within: float) -> float | None:
+    """Wait until MySQL holds as many rows as Redis issued; the monotonic time it held."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            state = await event_state.read_state(redis, event_id)
+            if state is not None and await persisted_count(engine, event_id) >= state.issued:
+                return time.monotonic()
+        await asyncio.sleep(0.25)
+    return None
+
+
+def git_commit() -> str:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return proc.stdout.strip()
