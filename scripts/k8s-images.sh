@@ -99,6 +99,8 @@ build_base() {
 }
 
 ctr_k8s() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
+# The listing first, then grep: `ctr | grep -q` fails under pipefail when grep exits early.
+in_containerd() { local refs; refs=$(ctr_k8s images ls -q); grep -qx "$1" <<<"$refs"; }
 
 build_one() { # service tag
   local svc=$1 tag=$2 ref t0=$SECONDS archive
@@ -113,13 +115,13 @@ build_one() { # service tag
     log "$svc built in $((SECONDS - t0))s"
   fi
   if [ -S "$CONTAINERD_SOCK" ]; then
-    if ! ctr_k8s images ls -q | grep -qx "$ref"; then
+    if ! in_containerd "$ref"; then
       archive=$PODMAN_DIR/tmp/$svc.tar
       rm -f "$archive"
       podman save -q --format oci-archive -o "$archive" "$ref"
       ctr_k8s images import --base-name "localhost/flashcoupon-$svc" "$archive" >/dev/null
       rm -f "$archive"
-      ctr_k8s images ls -q | grep -qx "$ref" || die "$ref is not in containerd after the import"
+      in_containerd "$ref" || die "$ref is not in containerd after the import"
       log "$ref imported into containerd (k8s.io)"
     fi
   else

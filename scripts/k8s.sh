@@ -82,7 +82,7 @@ install_system() {
   # kubernetes-client is deliberately absent: Debian's is 1.20; kubectl is built below.
   for pkg in etcd-server containerd runc containernetworking-plugins iptables conntrack jq \
     openssl iproute2 podman buildah debootstrap; do
-    dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+    [[ "$(dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null)" == *"install ok installed"* ]] || missing+=("$pkg")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     log "apt-get install ${missing[*]}"
@@ -130,7 +130,8 @@ setup_network() {
   if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
     ip link add "$BRIDGE" type bridge
   fi
-  ip addr show dev "$BRIDGE" | grep -q "inet $NODE_IP/" || ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+  # (Not `ip | grep -q`: under pipefail, grep's early exit fails the pipeline.)
+  [[ "$(ip -4 addr show dev "$BRIDGE")" == *"inet $NODE_IP/"* ]] || ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   modprobe br_netfilter 2>/dev/null || true
   modprobe overlay 2>/dev/null || true
@@ -213,9 +214,8 @@ start() { # name command... — nohup'd, pid recorded, log under .stack/k8s/logs
   echo $! >"$PID_DIR/$name.pid"
 }
 
-healthz() { # url [cert-name]: an HTTPS health endpoint answering "ok"
-  curl -sfk --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$1" \
-    | grep -q '^ok'
+healthz() { # url: an HTTPS health endpoint answering "ok"
+  [[ "$(curl -sf --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$1")" == ok* ]]
 }
 
 start_etcd() {
@@ -330,7 +330,9 @@ ctr_k8s() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
 # The pod sandbox image, made here: a static pause binary (k8s/tools/apiserver/pause) in an
 # otherwise empty image, imported into containerd's k8s.io namespace (no registry to pull from).
 ensure_pause_image() {
-  ctr_k8s images ls -q | grep -qx "$PAUSE_IMAGE" && return
+  local refs
+  refs=$(ctr_k8s images ls -q)
+  grep -qx "$PAUSE_IMAGE" <<<"$refs" && return
   local tmp
   tmp=$(mktemp -d "$K8S_DIR/pause.XXXX")
   mkdir -p "$tmp/layer" "$tmp/oci/blobs/sha256"

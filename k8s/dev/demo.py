@@ -37,6 +37,8 @@ from flashcoupon_loadtest.invariants import persisted_count
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "loadtest" / "results" / "k8s"
+WARMUP_S = 5
+ACTIVE_WITHIN_S = 2.0
 
 
 def say(text: str = "") -> None:
@@ -147,7 +149,7 @@ async def run(argv: list[str]) -> int:
     args = demo.parse_args(
         [
             "--lead",
-            "10",
+            "15",
             "--results-dir",
             str(RESULTS),
             "--jwt-secret",
@@ -162,6 +164,8 @@ async def run(argv: list[str]) -> int:
     name = args.event or f"k8s-{datetime.now(UTC):%H%M%S}-{secrets.token_hex(3)}"
     start_at = datetime.now(UTC) + timedelta(seconds=args.lead)
     doc = demo_manifest(DEFAULT_MANIFEST, name=name, quantity=args.coupons, start_at=start_at)
+    # Applied before its warm-up window, so the operator shows Pending before it preloads.
+    doc["spec"]["warmup"] = f"{WARMUP_S}s"
     redis = create_redis_cluster(RedisSettings.from_env())
     engine = create_engine(MysqlSettings.from_env(), pool_size=2)
     watch = PhaseWatch(kubectl, name)
@@ -171,7 +175,8 @@ async def run(argv: list[str]) -> int:
         when = _clock(start_at.timestamp())
         say(f"kubectl apply: CouponEvent {name}, {args.coupons:,} coupons, startAt {when} UTC")
         say("  " + kubectl.run("apply", "-f", "-", stdin=yaml.safe_dump(doc)).strip())
-        wait_status(kubectl, name, lambda s: s.get("phase") == "Ready", args.lead, "phase Ready")
+        ready = lambda s: s.get("phase") == "Ready"  # noqa: E731
+        await asyncio.to_thread(wait_status, kubectl, name, ready, args.lead, "phase Ready")
         rc = await demo._drop(args, name, start_at, args.target, redis, engine, t_begin)
         if rc != 0:
             failures.append("the invariant report failed")
@@ -199,10 +204,11 @@ async def run(argv: list[str]) -> int:
             f"phases {phases}, expected {expected} in order (Preloading may sit between)"
         )
     active = next((t for t, p in transitions if p == "Active"), None)
-    if active is not None and not 0 <= active - start_at.timestamp() < 1.0:
-        failures.append(
-            f"Active {active - start_at.timestamp():+.2f}s from startAt (to the second)"
-        )
+    # The operator's status follows a timer (operator.refreshSeconds, 1 s in k8s/dev/values.yaml)
+    # and the watch line arrives after it; the issuers themselves open at startAt exactly.
+    if active is None or not 0 <= active - start_at.timestamp() < ACTIVE_WITHIN_S:
+        late = "never" if active is None else f"{active - start_at.timestamp():+.2f}s"
+        failures.append(f"Active seen {late} from startAt (allowed: < {ACTIVE_WITHIN_S}s)")
 
     rows = await persisted_count(engine, name)
     say(f"\nkubectl delete couponevent {name}")

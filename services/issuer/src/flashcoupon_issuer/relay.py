@@ -184,7 +184,11 @@ class Relay:
                     return
                 failures = 0
             except ResponseError as exc:
-                if "NOGROUP" in str(exc) and await self._event_gone(event_id):
+                # NOGROUP: the stream was deleted between two calls; UNBLOCKED: while a blocking
+                # XREADGROUP waited on it (the operator's finalizer). Recreating the group then
+                # would MKSTREAM an empty outbox of a deleted event that nothing ever removes.
+                gone = "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc)
+                if gone and await self._event_gone(event_id):
                     return
                 group_ready = False
                 failures = await self._after_error(event_id, exc, failures)
