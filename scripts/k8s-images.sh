@@ -42,14 +42,18 @@ dockerfile() {
   esac
 }
 
-# The commit, plus a digest of uncommitted changes to what the images contain, so a rebuilt
-# image from a dirty tree never reuses the clean commit's tag.
+# What the images contain (the build context .dockerignore lets through, and the Dockerfiles).
+IMAGE_INPUTS=(libs/common services operator pyproject.toml uv.lock .dockerignore)
+
+# The last commit that changed what the images contain (so a commit elsewhere rebuilds nothing),
+# plus a digest of uncommitted changes to it, so an image from a dirty tree never reuses the
+# clean commit's tag.
 image_tag() {
   local tag dirty
-  tag=git-$(git -C "$ROOT" rev-parse --short=12 HEAD)
-  dirty=$(git -C "$ROOT" status --porcelain -- libs services operator pyproject.toml uv.lock)
+  tag=git-$(git -C "$ROOT" log -1 --format=%h --abbrev=12 -- "${IMAGE_INPUTS[@]}")
+  dirty=$(git -C "$ROOT" status --porcelain -- "${IMAGE_INPUTS[@]}")
   if [ -n "$dirty" ]; then
-    tag+=-dirty-$(git -C "$ROOT" diff HEAD -- libs services operator pyproject.toml uv.lock | sha256sum | cut -c1-8)
+    tag+=-dirty-$( (git -C "$ROOT" diff HEAD -- "${IMAGE_INPUTS[@]}"; git -C "$ROOT" ls-files -o --exclude-standard -- "${IMAGE_INPUTS[@]}" | xargs -r sha256sum) | sha256sum | cut -c1-8)
   fi
   echo "$tag"
 }

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/k8s/" in str(item.fspath):
-            item.add_marker(pytest.mark.timeout(900))
+            item.add_marker(pytest.mark.timeout(2400))
 
 
 @dataclass(frozen=True)
