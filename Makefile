@@ -121,10 +121,12 @@ k8s-up: ## a single-node Kubernetes 1.31 from real components (etcd, control pla
 k8s-status: ## the dev cluster's processes, node and pods; exits non-zero when anything is down
 	scripts/k8s.sh status
 
-k8s-down: ## stop the dev cluster (pods included); state stays under .stack/k8s
+k8s-down: ## stop the dev cluster (pods included) and its stores; state stays under .stack/k8s
+	scripts/k8s-deploy.sh stores-down
 	scripts/k8s.sh down
 
-k8s-reset: ## stop the dev cluster and wipe its state (certificates, etcd, containerd)
+k8s-reset: ## stop the dev cluster and its stores, wipe their state (certificates, etcd, containerd, data)
+	scripts/k8s-deploy.sh stores-down
 	scripts/k8s.sh reset
 
 k8s-images: ## build the four images with podman (base from debootstrap) and import them into the cluster

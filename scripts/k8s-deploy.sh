@@ -5,6 +5,7 @@
 #   scripts/k8s-deploy.sh up       cluster + images (idempotent), the stores, helm upgrade --install --wait
 #   scripts/k8s-deploy.sh env      FLASHCOUPON_* for host-side tools (demo, tests) + KUBECONFIG, GATEWAY_URL
 #   scripts/k8s-deploy.sh down     helm uninstall, then stop the cluster's stores
+#   scripts/k8s-deploy.sh stores-down   only stop the cluster's stores (make k8s-down)
 #
 # The stores are a second instance of scripts/stack.sh (state under .stack/k8s/stack, ports of
 # its own) bound to the node address on the cluster's bridge: pods reach it through their
@@ -100,5 +101,6 @@ case "${1:-}" in
   up) cmd_up ;;
   env) cmd_env ;;
   down) cmd_down ;;
-  *) echo "usage: $0 up|env|down" >&2; exit 2 ;;
+  stores-down) "$ROOT/scripts/stack.sh" down ;;
+  *) echo "usage: $0 up|env|down|stores-down" >&2; exit 2 ;;
 esac

@@ -15,6 +15,7 @@ The phase timeline is written to loadtest/results/k8s/phases.json.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -191,6 +192,11 @@ async def run(argv: list[str]) -> int:
         shown = {k: final.get(k) for k in ("phase", "issued", "remaining", "persisted")}
         say(f"operator status: {json.dumps(shown)}")
         await asyncio.sleep(1.0)
+    except BaseException:
+        # A failed run leaves no event behind (an Active one would keep the operator busy).
+        with contextlib.suppress(Exception):
+            kubectl.run("delete", "couponevent", name, "--wait=false", "--ignore-not-found")
+        raise
     finally:
         watch.stop()
     transitions = watch.transitions()

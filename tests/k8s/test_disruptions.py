@@ -8,8 +8,8 @@ here at a moment measured from the event's startAt:
   the PDB) with zero 5xx and every invariant PASS;
 * a gateway pod and an issuer pod force-deleted (no grace): no acknowledged coupon is lost
   (invariants 4 and 5: every 201 has its MySQL row, MySQL = Redis one for one);
-* the operator pod killed mid-preload of a large event: the new one resumes and the event is
-  Ready with exactly its quantity in stock.
+* the operator pod killed as a large event is created (its preload is a few Redis calls, so
+  that is "mid-preload"): the new one resumes and the event is Ready with exactly its quantity.
 """
 
 from __future__ import annotations
@@ -135,7 +135,13 @@ def test_gateway_and_issuer_force_deleted_mid_burst_lose_no_acknowledged_coupon(
         wait_rolled_out(release, component)
 
 
-def test_operator_killed_mid_preload_resumes_and_completes_exactly(release: Release) -> None:
+def test_operator_killed_as_a_large_event_is_created_resumes_and_completes_exactly(
+    release: Release,
+) -> None:
+    # Provisioning is a few Redis calls whatever the quantity (counters, not code lists: a
+    # million coupons are Ready in under a second), so "mid-preload" is a window of
+    # milliseconds: the operator is force-killed in the same instant the event is created,
+    # and whichever of the two operators does the work, the result must be exact.
     name = random_name("preload")
     quantity = 1_000_000
     manifest = (ROOT / "k8s/examples/demo-drop.yaml").read_text()
@@ -143,24 +149,21 @@ def test_operator_killed_mid_preload_resumes_and_completes_exactly(release: Rele
     doc = re.sub(r"(?m)^  quantity: \d+$", f"  quantity: {quantity}", doc)
     doc = re.sub(r'(?m)^  startAt: ".*"$', '  startAt: "2029-12-31T00:00:00Z"', doc)
     doc = re.sub(r"(?m)^  warmup: .*$", "  warmup: 87600h", doc)
-    release.kubectl("apply", "-f", "-", stdin=doc)
+    old = pods(release, "operator")
     try:
-
-        def phase() -> str:
-            return release.get_json("couponevent", name).get("status", {}).get("phase", "")
-
-        wait_until(lambda: phase() == "Preloading", 60, "phase Preloading", every=0.2)
-        time.sleep(1.0)
-        old = pods(release, "operator")
+        release.kubectl("apply", "-f", "-", stdin=doc)
         release.kubectl("delete", "pod", *old, "--force", "--grace-period=0", "--wait=false")
         wait_until(lambda: set(pods(release, "operator")) - set(old), 60, "a new operator pod")
         status = wait_until(
             lambda: (s := release.get_json("couponevent", name).get("status", {})).get("phase")
             == "Ready" and s,
-            600, "phase Ready after the operator restart", every=1.0,
+            300, "phase Ready after the operator restart", every=1.0,
         )  # fmt: skip
         assert status["remaining"] == quantity, status
         assert status.get("issued", 0) == 0, status
+        preloaded = next(c for c in status["conditions"] if c["type"] == "Preloaded")
+        assert preloaded["status"] == "True", status
     finally:
         release.kubectl("delete", "couponevent", name, "--wait=true", "--timeout=180s",
                         check=False, timeout=200)  # fmt: skip
+        wait_rolled_out(release, "operator")
