@@ -80,7 +80,7 @@ find_go() {
 install_system() {
   local missing=() pkg
   # kubernetes-client is deliberately absent: Debian's is 1.20; kubectl is built below.
-  for pkg in etcd-server containerd runc containernetworking-plugins iptables conntrack jq \
+  for pkg in etcd-server containerd runc containernetworking-plugins iptables conntrack jq curl \
     openssl iproute2 podman buildah debootstrap; do
     [[ "$(dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null)" == *"install ok installed"* ]] || missing+=("$pkg")
   done

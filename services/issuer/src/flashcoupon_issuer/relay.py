@@ -167,6 +167,11 @@ class Relay:
         while not self._stopping.is_set():
             try:
                 if not group_ready:
+                    # After an error the stream may have been deleted with its event (the
+                    # finalizer's DEL comes just before its SREM): recreating the group would
+                    # MKSTREAM an empty outbox of a deleted event that nothing ever removes.
+                    if failures and await self._event_gone(event_id):
+                        return
                     await self._ensure_group(key)
                     group_ready = True
                 if own_pending:
@@ -185,8 +190,7 @@ class Relay:
                 failures = 0
             except ResponseError as exc:
                 # NOGROUP: the stream was deleted between two calls; UNBLOCKED: while a blocking
-                # XREADGROUP waited on it (the operator's finalizer). Recreating the group then
-                # would MKSTREAM an empty outbox of a deleted event that nothing ever removes.
+                # XREADGROUP waited on it.
                 gone = "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc)
                 if gone and await self._event_gone(event_id):
                     return
