@@ -544,6 +544,12 @@ stop_pid() { # pidfile name
   rm -f "$pidfile"
 }
 
+unmount_under() { # prefix: every mount below it, deepest first
+  local mounts m
+  mounts=$(findmnt -rn -o TARGET | grep -F "$1" | sort -r || true)
+  for m in $mounts; do umount -l "$m" 2>/dev/null || true; done
+}
+
 # The shims of this containerd (found by its socket in their command line) and the processes
 # they run: pods do not stop with containerd, so `down` stops them explicitly.
 stop_pods() {
@@ -553,7 +559,7 @@ stop_pods() {
     kill -KILL "$pid" 2>/dev/null || true
   done
   # Their mounts (overlay rootfs, shm, projected volumes) and network namespaces.
-  findmnt -rn -o TARGET | grep -F "$K8S_DIR/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  unmount_under "$K8S_DIR/"
   local ns
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
     ip -n "$ns" -4 addr 2>/dev/null | grep -q "inet ${POD_CIDR%.*}\." && ip netns delete "$ns" 2>/dev/null || true
@@ -573,7 +579,7 @@ cmd_down() {
 
 cmd_reset() {
   cmd_down
-  findmnt -rn -o TARGET | grep -F "$K8S_DIR/" | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  unmount_under "$K8S_DIR/"
   rm -rf "$K8S_DIR"
   iptables -D FORWARD -i "$BRIDGE" ! -o "$BRIDGE" -j DROP 2>/dev/null || true
   ip link delete "$BRIDGE" 2>/dev/null || true
