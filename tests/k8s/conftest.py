@@ -65,10 +65,13 @@ def deploy_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def release() -> Release:
     t0 = time.time()
-    proc = subprocess.run([str(ROOT / "scripts/k8s-deploy.sh"), "up"], capture_output=True,
-                          text=True, timeout=3600)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    print(f"\n[k8s] cluster, images and release ready in {time.time() - t0:.0f}s")
+    log = ROOT / ".stack" / "k8s-deploy-up.log"  # each step's time, for a slow CI run
+    log.parent.mkdir(exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.run([str(ROOT / "scripts/k8s-deploy.sh"), "up"], stdout=out,
+                              stderr=subprocess.STDOUT, timeout=3600)  # fmt: skip
+    assert proc.returncode == 0, log.read_text()[-6000:]
+    print(f"\n[k8s] cluster, images and release ready in {time.time() - t0:.0f}s ({log})")
     return Release(deploy_env())
 
 
