@@ -7,6 +7,9 @@ SHELL := bash
 UV := $(shell command -v uv 2>/dev/null || echo "python3 -m uv")
 RUN := $(UV) run --frozen
 STACK := scripts/stack.sh
+# Services, tools and tests started from here may default their connection settings to the
+# local stack (scripts/stack.sh); in production each must be set (docs/local-stack.md).
+export FLASHCOUPON_ENV ?= local
 
 .PHONY: help install tools stack-up stack-status stack-down stack-reset migrate test test-unit lint fmt demo \
         bench bench-issuer bench-persister bench-gateway
@@ -46,10 +49,11 @@ migrate: ## run the MySQL schema migrations
 audit: ## compare Redis issued records with MySQL rows for every event (docs/auditor.md)
 	$(RUN) flashcoupon-auditor --all
 
-lint: ## ruff lint and format check, import layering contracts
+lint: ## ruff lint and format check, import layering contracts, mypy (strict)
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) lint-imports
+	$(RUN) mypy
 
 fmt: ## ruff format and autofix
 	$(RUN) ruff format .
@@ -111,6 +115,12 @@ chart-check: ## helm lint + render the chart for Kubernetes 1.31 (default and ci
 
 sync-crd: ## copy the canonical CRD (k8s/crd/) into the chart's crds/
 	cp k8s/crd/couponevents.flashcoupon.io.yaml $(CHART)/crds/couponevents.flashcoupon.io.yaml
+
+# ---------------------------------------------------------------- observability (docs/metrics.md)
+
+.PHONY: observe-check
+observe-check: stack-up ## a private Prometheus scrapes a local run + burst; every dashboard query and rule returns data
+	$(RUN) python -m flashcoupon_loadtest.observe
 
 # ---------------------------------------------------------------- dev Kubernetes (docs/deploy.md)
 

@@ -25,6 +25,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 ROOT = Path(__file__).resolve().parent.parent
+# Tests run against the local stack: connection settings may default to it (the Makefile sets
+# this too; here it is for `pytest` run by hand). Service processes the tests start inherit it.
+os.environ.setdefault("FLASHCOUPON_ENV", "local")
 TIERS = ("unit", "integration", "e2e", "bench")
 
 

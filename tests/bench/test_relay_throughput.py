@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 from aiokafka import AIOKafkaProducer
 from flashcoupon_common.kafka_admin import create_topics
-from flashcoupon_issuer.relay import Relay
+from flashcoupon_relay.relay import Relay
 
 from tests.conftest import random_name
 from tests.e2e.test_relay_sigkill import start_relay

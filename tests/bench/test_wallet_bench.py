@@ -105,7 +105,7 @@ async def test_wallet_throughput(
         "FLASHCOUPON_WALLET_LOG_LEVEL": "WARNING",
     }
     proc = subprocess.Popen(  # noqa: ASYNC220 - returns at once
-        [sys.executable, "-m", "flashcoupon_persister.wallet", "--port", str(port)],
+        [sys.executable, "-m", "flashcoupon_wallet", "--port", str(port)],
         env=env,
         stdout=subprocess.DEVNULL,
     )

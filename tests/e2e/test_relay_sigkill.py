@@ -38,7 +38,7 @@ def start_relay(env: dict[str, str], log: Path, **overrides: str) -> tuple[subpr
     port = free_port()
     relay_env = {**env, **{f"FLASHCOUPON_RELAY_{k.upper()}": v for k, v in overrides.items()}}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flashcoupon_issuer.relay_main", "--port", str(port)],
+        [sys.executable, "-m", "flashcoupon_relay", "--port", str(port)],
         env=relay_env,
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
@@ -137,7 +137,7 @@ def _sample(metrics_text: str, series: str) -> float:
 def test_relay_refuses_bad_settings_with_the_variable_name(stack, tmp_path) -> None:
     env = {**stack.env(), "FLASHCOUPON_RELAY_BATCH_SIZE": "zero"}
     out = subprocess.run(
-        [sys.executable, "-m", "flashcoupon_issuer.relay_main"],
+        [sys.executable, "-m", "flashcoupon_relay"],
         env=env,
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ import subprocess
 
 import httpx
 from flashcoupon_common.messages import CouponRedeemed
-from flashcoupon_persister.wallet.app import create_app
+from flashcoupon_wallet.app import create_app
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import Stack, random_name

@@ -22,6 +22,7 @@ from tests.integration.test_wallet_api import (
     consume_all,
     free_port,
 )
+from tests.support.env import LOCAL
 
 
 async def wait_ready(url: str, proc: subprocess.Popen[Any], wait_s: float = 30) -> None:
@@ -43,11 +44,11 @@ async def wait_ready(url: str, proc: subprocess.Popen[Any], wait_s: float = 30) 
 def start_wallet(
     stack: Stack, mysql_url: str, topic: str, *, output: int = subprocess.PIPE, **env: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m flashcoupon_persister.wallet` on a free port, against this database and
+    """`python -m flashcoupon_wallet` on a free port, against this database and
     topic (`env` adds or overrides variables); returns the process and its base URL."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flashcoupon_persister.wallet", "--port", str(port)],
+        [sys.executable, "-m", "flashcoupon_wallet", "--port", str(port)],
         env={
             **stack.env(),
             "FLASHCOUPON_MYSQL_URL": mysql_url,
@@ -95,12 +96,22 @@ async def test_wallet_process_serves_and_stops_cleanly(
 
 
 def test_bad_configuration_fails_start_up_naming_the_variable() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "flashcoupon_persister.wallet"],
-        env={"FLASHCOUPON_WALLET_PORT": "eighty", "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert proc.returncode != 0
-    assert b"FLASHCOUPON_WALLET_PORT must be an integer" in proc.stderr
+    def start(env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "flashcoupon_wallet"],
+            env={**env, "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+
+    bad = start({**LOCAL, "FLASHCOUPON_WALLET_PORT": "eighty"})
+    assert bad.returncode != 0
+    assert b"FLASHCOUPON_WALLET_PORT must be an integer" in bad.stderr
+    # Outside the local stack a missing connection setting stops start-up, in one line.
+    missing = start({})
+    assert missing.returncode != 0
+    assert missing.stderr.strip().splitlines() == [
+        b"flashcoupon-wallet: FLASHCOUPON_MYSQL_URL is required but not set"
+        b" (or set FLASHCOUPON_ENV=local for the local stack)"
+    ]

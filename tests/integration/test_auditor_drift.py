@@ -25,7 +25,7 @@ from flashcoupon_common.kafka_admin import create_topics, delete_topics
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import MysqlSettings
-from flashcoupon_persister.service import running
+from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.settings import PersisterSettings
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -46,16 +47,16 @@ APPS = {
     ),
     "flashcoupon-issuer": ("flashcoupon_issuer.settings:IssuerSettings", "flashcoupon_issuer.app"),
     "flashcoupon-relay": (
-        "flashcoupon_issuer.relay_settings:RelaySettings",
-        "flashcoupon_issuer.relay_main",
+        "flashcoupon_relay.settings:RelaySettings",
+        "flashcoupon_relay.app",
     ),
     "flashcoupon-persister": (
         "flashcoupon_persister.settings:PersisterSettings",
         "flashcoupon_persister.app",
     ),
     "flashcoupon-wallet": (
-        "flashcoupon_persister.wallet.settings:WalletSettings",
-        "flashcoupon_persister.wallet.app",
+        "flashcoupon_wallet.settings:WalletSettings",
+        "flashcoupon_wallet.app",
     ),
 }
 MONITORING_KINDS = {"ServiceMonitor", "PrometheusRule"}
@@ -108,7 +109,10 @@ class Rendered:
 
     def container_env(self, container: dict[str, Any]) -> dict[str, str]:
         """The container's environment as the kubelet would build it from this render."""
-        config = self.one("ConfigMap")["data"]
+        # The endpoints ConfigMap (the others, when enabled, hold Grafana dashboards).
+        (config,) = [
+            c["data"] for c in self.of("ConfigMap") if "FLASHCOUPON_REDIS_NODES" in c["data"]
+        ]
         secret = self.one("Secret")
         secret_data = {
             **{k: base64.b64decode(v).decode() for k, v in secret.get("data", {}).items()},
@@ -453,7 +457,8 @@ def test_service_monitor_scrapes_every_service_once(
 
 def exported_metrics() -> set[str]:
     names = set()
-    for path in [*ROOT.glob("services/*/src/**/*.py"), *ROOT.glob("libs/common/src/**/*.py")]:
+    sources = ("services/*/src/**/*.py", "libs/common/src/**/*.py", "operator/src/**/*.py")
+    for path in [p for pattern in sources for p in ROOT.glob(pattern)]:
         names |= set(re.findall(r'"(flashcoupon_[a-z_]+)"', path.read_text()))
     return names
 
@@ -469,6 +474,30 @@ def test_alerts_query_metrics_the_services_export(full: Rendered) -> None:
             assert base in exported, f"{rule['alert']}: {metric} is not exported by any service"
     issue_route = importlib.import_module("flashcoupon_gateway.routes").ISSUE_PATH
     assert any(f'route="{issue_route}"' in r["expr"] for r in rules)
+
+
+def test_dashboards_are_configmaps_for_the_grafana_sidecar(helm: Path, full: Rendered) -> None:
+    def boards(rendered: Rendered) -> dict[str, dict[str, Any]]:
+        return {
+            c["metadata"]["name"]: c
+            for c in rendered.of("ConfigMap")
+            if "grafana_dashboard" in c["metadata"]["labels"]
+            or "team/dashboards" in c["metadata"]["labels"]
+        }
+
+    shipped = sorted(p.name for p in (CHART / "dashboards").glob("*.json"))
+    found = boards(full)
+    assert sorted(k for c in found.values() for k in c["data"]) == shipped
+    for c in found.values():
+        assert c["metadata"]["labels"]["grafana_dashboard"] == "1"
+        (text,) = c["data"].values()
+        assert json.loads(text)["uid"].startswith("flashcoupon-")
+    other = render(
+        helm, "-f", str(ALL_FEATURES), "--set", "monitoring.dashboards.label=team/dashboards",
+        "--set", "monitoring.dashboards.labelValue=yes",
+    )  # fmt: skip
+    assert {c["metadata"]["labels"]["team/dashboards"] for c in boards(other).values()} == {"yes"}
+    assert not boards(render(helm))  # off by default
 
 
 # ---------------------------------------------------------------- Kubernetes API schemas

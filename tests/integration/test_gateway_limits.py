@@ -8,6 +8,7 @@ import time
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.ratelimit import Check, RateLimiter, user_key
 from flashcoupon_gateway.scripts import RATELIMIT, ScriptRunner
+from flashcoupon_gateway.sold_out import SoldOutBoard
 from flashcoupon_gateway.waiting_room import TicketState, WaitingRoom, room_keys
 
 from tests.conftest import random_name
@@ -72,7 +73,9 @@ async def test_rejections_are_remembered_locally(redis_cluster) -> None:
 
 async def test_waiting_room_admits_5000_in_ticket_order_at_the_rate(redis_cluster) -> None:
     runner = ScriptRunner(redis_cluster)
-    room = WaitingRoom(runner, "k" * 32, ticket_ttl_seconds=600, tick_seconds=0.05)
+    room = WaitingRoom(
+        runner, "k" * 32, ticket_ttl_seconds=600, sold_out=SoldOutBoard(), tick_seconds=0.05
+    )
     event, rate, shoppers = random_name("ev"), 1000.0, 5000
     start_ms = int(time.time() * 1000) + 4000  # queue opens before the event starts
 

@@ -215,6 +215,7 @@ async def test_each_answer_has_its_status_and_code(stack, redis_cluster, events)
         assert r.json() | {"startAt": None, "endAt": None} == {
             "eventId": tiny,
             "phase": "SoldOut",
+            "paused": False,
             "startAt": None,
             "endAt": None,
             "quantity": 1,
@@ -288,3 +289,68 @@ def _sold_out_local(eid: str) -> float:
     return (
         REGISTRY.get_sample_value("flashcoupon_issuer_sold_out_local_total", {"event": eid}) or 0.0
     )
+
+
+async def test_paused_or_unknown_event_is_never_answered_sold_out(
+    stack, redis_cluster, events
+) -> None:
+    """Issue 10 item 2: a paused event answered 423 once, then 410; an unknown id 404 then 410."""
+    paused = await provisioned(redis_cluster, events, 100)
+    await event_state.set_paused(redis_cluster, paused, True)
+    unknown = "no-such-" + paused
+    async with (
+        running(create_app(settings(stack, sold_out_ttl_s=600))) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://i") as http,
+    ):
+        for i in range(3):
+            r = await http.post(ISSUE.format(paused), headers={"X-Flashcoupon-User": f"p{i}"})
+            assert r.status_code == 423 and r.json()["code"] == "PAUSED", r.text
+            r = await http.post(ISSUE.format(unknown), headers={"X-Flashcoupon-User": f"p{i}"})
+            assert r.status_code == 404 and r.json()["code"] == "EVENT_NOT_FOUND", r.text
+        await event_state.set_paused(redis_cluster, paused, False)
+        r = await http.post(ISSUE.format(paused), headers={"X-Flashcoupon-User": "after"})
+        assert r.status_code == 201, r.text
+
+
+def _series(name: str, label: str = "event") -> set[str]:
+    return {
+        s.labels[label]
+        for metric in REGISTRY.collect()
+        for s in metric.samples
+        if s.name.startswith(name) and label in s.labels
+    }
+
+
+async def test_unknown_event_ids_add_no_series_and_no_cache_entries(
+    stack, redis_cluster, events
+) -> None:
+    """Issue 10 item 3: any logged-in user could add a stock series and a sold-out flag per
+    random event id. Only events that exist are labelled and cached; deleting one evicts it."""
+    real = await provisioned(redis_cluster, events, 1)
+    async with running(create_app(settings(stack, sold_out_ttl_s=600))) as app:
+        service = app.state["service"]
+        before = _series("flashcoupon_issuer_") | _series("flashcoupon_http_", "route")
+        for i in range(200):
+            status, _ = await asgi_post(
+                app, ISSUE.format(f"random-{i}-{real}"), {"X-Flashcoupon-User": "mallory"}
+            )
+            assert status == 404
+        after = _series("flashcoupon_issuer_") | _series("flashcoupon_http_", "route")
+        assert after - before <= {"unknown"}, sorted(after - before)[:5]
+        assert len(service.sold_out) == 0
+        # A real event is labelled and, once sold out, cached ...
+        assert (await asgi_post(app, ISSUE.format(real), {"X-Flashcoupon-User": "a"}))[0] == 201
+        assert (await asgi_post(app, ISSUE.format(real), {"X-Flashcoupon-User": "b"}))[0] == 410
+        assert real in _series("flashcoupon_issuer_stock_remaining")
+        assert service.sold_out.known(real)
+        # ... and deleting it evicts both (the delete is published to every issuer).
+        await event_state.delete_state(redis_cluster, real)
+        events.remove(real)
+        for _ in range(100):
+            if real not in _series("flashcoupon_issuer_stock_remaining"):
+                break
+            await asyncio.sleep(0.05)
+        assert real not in _series("flashcoupon_issuer_stock_remaining")
+        assert not service.sold_out.known(real)
+        status, body = await asgi_post(app, ISSUE.format(real), {"X-Flashcoupon-User": "c"})
+        assert status == 404, body

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from flashcoupon_persister import metrics
+from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.replay import replay
-from flashcoupon_persister.service import running
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.conftest import Stack, random_name

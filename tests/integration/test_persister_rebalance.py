@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from flashcoupon_persister.service import running
+from flashcoupon_persister.bootstrap import running
 
 from tests.conftest import Stack, random_name
 from tests.persister_support import (

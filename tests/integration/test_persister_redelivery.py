@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka import AIOKafkaConsumer
 from flashcoupon_persister import metrics
-from flashcoupon_persister.service import running
+from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.writer import BatchWriter
 from sqlalchemy.ext.asyncio import AsyncEngine
 

@@ -17,8 +17,8 @@ import shutil
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_issuer.app import create_app
-from flashcoupon_issuer.relay import Relay
 from flashcoupon_issuer.settings import IssuerSettings
+from flashcoupon_relay.relay import Relay
 
 from tests.conftest import random_name
 from tests.integration.test_issuer_app import ISSUE, asgi_post

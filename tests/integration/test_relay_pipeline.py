@@ -23,9 +23,9 @@ from aiokafka.structs import TopicPartition
 from flashcoupon_common import keys
 from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_common.messages import CouponIssued, Discount
-from flashcoupon_issuer.relay import Relay
-from flashcoupon_issuer.relay_main import create_app
-from flashcoupon_issuer.relay_settings import RelaySettings
+from flashcoupon_relay.app import create_app
+from flashcoupon_relay.relay import Relay
+from flashcoupon_relay.settings import RelaySettings
 from starlette.testclient import TestClient
 
 from tests.conftest import random_name
@@ -411,12 +411,15 @@ def test_app_serves_readiness_and_metrics_while_relaying(stack, request) -> None
 
 async def test_producer_is_rebuilt_once_per_generation_after_a_fatal_error(stack) -> None:
     from aiokafka.errors import OutOfOrderSequenceNumber
-    from flashcoupon_issuer.relay_metrics import RelayMetrics
-    from flashcoupon_issuer.relay_producer import ProducerHolder, default_producer_factory
+    from flashcoupon_common.kafka_producer import ProducerHolder
+    from flashcoupon_relay.metrics import RelayMetrics
+    from flashcoupon_relay.producer import relay_producer_factory
 
     settings = relay_settings(stack.env(), "unused", random_name("t-relay"))
     metrics = RelayMetrics()
-    holder = ProducerHolder(default_producer_factory(settings), metrics)
+    holder = ProducerHolder(
+        relay_producer_factory(settings), on_recreate=metrics.producer_recreations.inc
+    )
     try:
         first, gen = await holder.get()
         assert first._txn_manager is not None and first._sender._acks == -1  # idempotent, all

@@ -16,7 +16,7 @@ from flashcoupon_common import keys
 from flashcoupon_common.kafka_admin import create_topics
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
-from flashcoupon_issuer.relay import Relay
+from flashcoupon_relay.relay import Relay
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -34,6 +34,7 @@ from tests.integration.test_relay_pipeline import (
     write_outbox,
 )
 from tests.private_stack import private_redis
+from tests.support.env import LOCAL
 
 
 async def replicated(host: str, port: int) -> None:
@@ -67,7 +68,9 @@ async def test_relay_survives_a_master_failover_without_loss(stack) -> None:
     server, ports = private_redis()
     await asyncio.to_thread(server.start)
     nodes = ",".join(f"127.0.0.1:{p}" for p in ports)
-    redis = create_redis_cluster(RedisSettings.from_env({"FLASHCOUPON_REDIS_NODES": nodes}))
+    redis = create_redis_cluster(
+        RedisSettings.from_env({**LOCAL, "FLASHCOUPON_REDIS_NODES": nodes})
+    )
     event_id, topic = random_name("rel"), random_name("t-relay")
     try:
         await redis.initialize()

@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaConsumer
 from flashcoupon_common.db.schema import coupon_events, user_coupons
 from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_common.settings import MysqlSettings
-from flashcoupon_persister.wallet.app import create_app
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.app import create_app
+from flashcoupon_wallet.settings import WalletSettings
 from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
@@ -229,7 +229,7 @@ async def test_refusals_are_problem_json_never_500(
         r = await c.post("/v1/coupons/NOSUCHCODE/redeem", json=good, headers=alice)
         assert is_problem(r, 404, "COUPON_NOT_FOUND")
         r = await c.post(f"/v1/coupons/{'X' * 40}/redeem", json=good, headers=alice)
-        assert is_problem(r, 404, "COUPON_NOT_FOUND")
+        assert is_problem(r, 400, "INVALID_COUPON_CODE")
         r = await c.post(f"/v1/coupons/{lapsed}/redeem", json=good, headers=alice)
         assert is_problem(r, 410, "EXPIRED")
         r = await c.post(url, json=good, headers={USER: "bob"})
@@ -243,7 +243,10 @@ async def test_refusals_are_problem_json_never_500(
             (b'{"orderId": 5, "orderAmount": 10}', 422, "INVALID_REQUEST"),
             (b'{"orderId": "o", "orderAmount": "10"}', 422, "INVALID_REQUEST"),
             (b'{"orderId": "o", "orderAmount": -1}', 422, "INVALID_REQUEST"),
-            (b'{"orderId": "o", "orderAmount": 1e3}', 422, "INVALID_REQUEST"),
+            (b'{"orderId": "o", "orderAmount": 1.5}', 422, "INVALID_REQUEST"),
+            (b'{"orderId": "o", "orderAmount": 0}', 422, "INVALID_REQUEST"),
+            (b'{"orderId": "a\\u0000b", "orderAmount": 10}', 422, "INVALID_REQUEST"),
+            (b'{"orderId": "a\\nb", "orderAmount": 10}', 422, "INVALID_REQUEST"),
             (b'{"orderId": "o", "orderAmount": 99999999999999999999999}', 422, "INVALID_REQUEST"),
             (orjson.dumps({"orderId": "o" * 65, "orderAmount": 1}), 422, "INVALID_REQUEST"),
             (

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_common.settings import KafkaSettings
-from flashcoupon_persister.wallet.app import create_app
+from flashcoupon_wallet.app import create_app
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.conftest import Stack, random_name
@@ -99,15 +99,17 @@ async def test_redemption_succeeds_while_kafka_is_down_and_is_published_after(
         )
         assert failures > failures0
         await asyncio.sleep(1.5)  # an outage of a few retries, not one blip
-        assert metric((await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_pending") >= 1
-        oldest = "flashcoupon_wallet_redeemed_oldest_pending_seconds"
+        assert (
+            metric((await c.get("/metrics")).text, "flashcoupon_wallet_redeemed_outbox_length") >= 1
+        )
+        oldest = "flashcoupon_wallet_redeemed_outbox_oldest_age_seconds"
         assert metric((await c.get("/metrics")).text, oldest) > 0
         assert [(e.code, e.order_id) for e in await outbox_events(mysql_engine)] == [(code, "o-1")]
         assert (await c.get("/readyz")).status_code == 200  # Kafka does not decide readiness
 
         async with forwarder(port, stack.kafka.bootstrap):
             pending = await wait_metric(
-                c, "flashcoupon_wallet_redeemed_pending", lambda v: v == 0, 30
+                c, "flashcoupon_wallet_redeemed_outbox_length", lambda v: v == 0, 30
             )
             assert pending == 0
             assert await outbox_events(mysql_engine) == []

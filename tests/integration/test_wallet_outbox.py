@@ -10,9 +10,9 @@ import pytest
 from flashcoupon_common.db.schema import redeemed_outbox
 from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_common.settings import KafkaSettings
-from flashcoupon_persister.wallet import outbox
-from flashcoupon_persister.wallet.app import create_app
-from flashcoupon_persister.wallet.publisher import RedeemedPublisher
+from flashcoupon_wallet import outbox
+from flashcoupon_wallet.app import create_app
+from flashcoupon_wallet.publisher import RedeemedPublisher
 from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 

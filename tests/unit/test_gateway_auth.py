@@ -12,6 +12,8 @@ from flashcoupon_gateway.auth import Authenticator
 from flashcoupon_gateway.settings import AuthSettings, GatewaySettings
 from flashcoupon_gateway.waiting_room import parse_ticket, sign_ticket
 
+from tests.support.env import LOCAL
+
 SECRET = "unit-test-secret-0123456789-abcdefghijklmnop"
 AUTH = AuthSettings(secret=SECRET, jwks_url=None, audience="flashcoupon", leeway_seconds=2)
 
@@ -99,15 +101,20 @@ def test_ticket_is_bound_to_user_event_and_expiry() -> None:
 def test_settings_refuse_placeholder_or_short_secrets() -> None:
     for bad in ("changeme", "short", "changeme-changeme-changeme-changeme", "a" * 40):
         with pytest.raises(SettingsError, match="FLASHCOUPON_GATEWAY_JWT_SECRET"):
-            GatewaySettings.from_env({"FLASHCOUPON_GATEWAY_JWT_SECRET": bad})
+            GatewaySettings.from_env({**LOCAL, "FLASHCOUPON_GATEWAY_JWT_SECRET": bad})
     with pytest.raises(SettingsError, match="FLASHCOUPON_GATEWAY_JWT_SECRET"):
-        GatewaySettings.from_env({})
+        GatewaySettings.from_env(LOCAL)
     with pytest.raises(SettingsError, match="ISSUER_URLS"):
         GatewaySettings.from_env(
-            {"FLASHCOUPON_GATEWAY_JWT_SECRET": SECRET, "FLASHCOUPON_GATEWAY_ISSUER_URLS": "ftp://x"}
+            {
+                **LOCAL,
+                "FLASHCOUPON_GATEWAY_JWT_SECRET": SECRET,
+                "FLASHCOUPON_GATEWAY_ISSUER_URLS": "ftp://x",
+            }
         )
     s = GatewaySettings.from_env(
         {
+            **LOCAL,
             "FLASHCOUPON_GATEWAY_JWT_SECRET": SECRET,
             "FLASHCOUPON_GATEWAY_ISSUER_URLS": "http://a:1, http://b:2/",
         }

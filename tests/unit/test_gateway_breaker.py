@@ -53,3 +53,15 @@ def test_retry_after_header_is_whole_seconds_at_least_one() -> None:
     assert retry_after_header(0) == "1"
     assert retry_after_header(0.2) == "1"
     assert retry_after_header(4.01) == "5"
+
+
+def test_which_answers_count_as_breaker_failures() -> None:
+    """Issue 10 item 5: the issuer's 503s during a Redis failover opened the gateway's breakers,
+    so shoppers got breaker_open after Redis was back. A 503 is an answer, not a failure."""
+    from flashcoupon_gateway.breaker import Verdict, verdict
+
+    assert verdict(503) is Verdict.NEUTRAL
+    for status in (500, 502, 504):
+        assert verdict(status) is Verdict.FAILURE
+    for status in (200, 201, 404, 409, 410, 423, 429):
+        assert verdict(status) is Verdict.SUCCESS

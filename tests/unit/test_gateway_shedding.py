@@ -10,8 +10,10 @@ from flashcoupon_gateway.service import Gateway, client_ip, upstream_headers
 from flashcoupon_gateway.settings import GatewaySettings
 from starlette.requests import Request
 
+from tests.support.env import LOCAL
+
 SETTINGS = GatewaySettings.from_env(
-    {"FLASHCOUPON_GATEWAY_JWT_SECRET": "unit-test-secret-0123456789-abcdefghijklmnop"}
+    {**LOCAL, "FLASHCOUPON_GATEWAY_JWT_SECRET": "unit-test-secret-0123456789-abcdefghijklmnop"}
 )
 
 
@@ -21,7 +23,7 @@ def request(headers: dict[str, str], peer: str = "10.0.0.9") -> Request:
 
 
 async def test_in_flight_bound_answers_503_at_once() -> None:
-    g = Gateway(replace(SETTINGS, max_in_flight=2), None, None, None, None, None)  # type: ignore[arg-type]
+    g = Gateway(replace(SETTINGS, max_in_flight=2), None, None, None, None, None, None)  # type: ignore[arg-type]
     async with g.slot(), g.slot():
         with pytest.raises(ProblemError) as err:
             async with g.slot():

@@ -81,3 +81,123 @@ def test_iso_timestamps_are_utc_with_milliseconds() -> None:
     assert iso(0) == "1970-01-01T00:00:00.000Z"
     assert iso(1_795_435_530_005) == "2026-11-23T12:05:30.005Z"
     assert iso(1_795_435_530_999) == "2026-11-23T12:05:30.999Z"
+
+
+def _fixed_script(reply: list[Any]) -> Any:
+    async def script(*args: str) -> list[Any]:
+        return reply
+
+    return script
+
+
+def test_only_a_real_sell_out_is_learned() -> None:
+    """issue.lua answers PAUSED and NOT_FOUND with a 0 where ISSUED/SOLD_OUT put `remaining`:
+    that 0 says nothing about stock (issue 10, item 2)."""
+    from flashcoupon_issuer.issuance import proves_sold_out
+
+    assert proves_sold_out(parse_reply([b"SOLD_OUT", 0, 0, 0]))
+    assert proves_sold_out(parse_reply([b"ISSUED", 0, 0, 1, *COUPON]))
+    assert not proves_sold_out(parse_reply([b"ISSUED", 3, 0, 1, *COUPON]))
+    assert not proves_sold_out(parse_reply([b"ISSUED", -1, 1, 1, *COUPON]))  # a replay
+    for reply in ([b"PAUSED", 0, 0, 0], [b"NOT_FOUND", 0, 0, 0], [b"DUPLICATE", -1, 0, 0]):
+        outcome = parse_reply(reply)
+        assert not proves_sold_out(outcome), reply
+        assert outcome.remaining is None, reply  # no stock gauge for these either
+
+
+def test_paused_and_unknown_events_are_not_remembered_as_sold_out() -> None:
+    async def scenario() -> None:
+        for status in (b"PAUSED", b"NOT_FOUND"):
+            cache = SoldOutCache(ttl=60)
+            service = IssueService(_fixed_script([status, 0, 0, 0]), cache)
+            for i in range(3):
+                assert (await service.issue("ev", f"u{i}", "r", "", keyed=False)).status == (
+                    status.decode()
+                )
+            assert not cache.known("ev") and len(cache) == 0
+
+    asyncio.run(scenario())
+
+
+def test_sold_out_cache_is_bounded_by_live_flags() -> None:
+    cache = SoldOutCache(ttl=0.01)
+    for i in range(5000):
+        cache.learn(f"e{i}")
+    time.sleep(0.02)
+    cache.learn("last")
+    assert len(cache) <= SoldOutCache.PRUNE_AT + 1
+
+
+def test_call_budget_answers_before_the_caller_gives_up() -> None:
+    from flashcoupon_issuer.issuance import call_budget
+
+    assert call_budget(None, 15.0, 300) == 15.0  # no caller deadline: the issuer's own
+    assert call_budget(2000, 15.0, 300) == 1.7  # the gateway's 2 s, less the margin
+    assert call_budget(60_000, 15.0, 300) == 15.0  # never longer than the issuer's own
+    assert call_budget(100, 15.0, 300) == 0.05  # nearly spent: one attempt still
+
+
+def test_a_shopper_answered_503_learns_the_coupon_after_the_sell_out() -> None:
+    """Issue 10 item 5: the script may have issued although the answer was 503; once the event
+    is known sold out, that shopper's retry must still reach Redis (replay / DUPLICATE)."""
+    replies: list[Any] = [TimeoutError(), [b"SOLD_OUT", 0, 0, 0], [b"DUPLICATE", -1, 0, 1, *COUPON]]
+    calls: list[tuple[Any, ...]] = []
+
+    async def script(*args: Any) -> list[Any]:
+        calls.append(args)
+        reply = replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def scenario() -> None:
+        from flashcoupon_issuer.issuance import IssuerUnavailable
+
+        service = IssueService(script, SoldOutCache(ttl=60))
+        try:
+            await service.issue("ev", "held", "r1", "", keyed=False, budget_ms=2000)
+            raise AssertionError("expected IssuerUnavailable")
+        except IssuerUnavailable:
+            pass
+        assert (await service.issue("ev", "other", "r2", "", keyed=False)).status == "SOLD_OUT"
+        assert service.sold_out.known("ev")
+        # Known sold out: others are answered locally, the 503'd shopper goes to the script.
+        assert (await service.issue("ev", "late", "r3", "", keyed=False)).status == "SOLD_OUT"
+        assert len(calls) == 2
+        again = await service.issue("ev", "held", "r4", "", keyed=False)
+        assert again.status == "DUPLICATE" and again.coupons[0].code == "ABCD0123456789"
+        assert len(calls) == 3
+
+    asyncio.run(scenario())
+
+
+def test_unsettled_is_bounded_and_expires() -> None:
+    from flashcoupon_issuer.issuance import Unsettled
+
+    u = Unsettled(ttl=0.02, capacity=3)
+    for i in range(5):
+        u.add("e", f"u{i}")
+    assert len(u) == 3 and ("e", "u0") not in u and ("e", "u4") in u
+    time.sleep(0.03)
+    assert ("e", "u4") not in u
+
+
+def test_unconfirmed_coupon_fails_closed_or_degrades_by_setting() -> None:
+    """durability=replica: a write no replica confirmed is 503 NOT_DURABLE ("fail") or, with
+    "degrade", the coupon itself (counted and logged)."""
+    from flashcoupon_common.redis_batch import NotReplicatedError
+    from flashcoupon_issuer import metrics
+
+    async def script(*args: Any) -> list[Any]:
+        raise NotReplicatedError([b"ISSUED", 5, 0, 1, *COUPON], 0)
+
+    async def scenario() -> None:
+        closed = IssueService(script, SoldOutCache(ttl=60))
+        assert (await closed.issue("ev", "u", "k", "", keyed=True)).status == "NOT_DURABLE"
+        before = metrics.UNCONFIRMED._value.get()
+        open_ = IssueService(script, SoldOutCache(ttl=60), unconfirmed="degrade")
+        outcome = await open_.issue("ev", "u", "k", "", keyed=True)
+        assert outcome.status == "ISSUED" and outcome.coupons[0].code == "ABCD0123456789"
+        assert metrics.UNCONFIRMED._value.get() == before + 1
+
+    asyncio.run(scenario())

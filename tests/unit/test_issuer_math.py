@@ -33,11 +33,13 @@ def test_lowering_below_issued_is_refused() -> None:
 
 def test_phase() -> None:
     kw = {"start_ms": 100, "end_ms": 200}
-    assert phase(50, paused=False, remaining=5, **kw) == "Ready"
-    assert phase(150, paused=False, remaining=5, **kw) == "Active"
-    assert phase(150, paused=False, remaining=0, **kw) == "SoldOut"
-    assert phase(150, paused=True, remaining=5, **kw) == "Paused"
-    assert phase(200, paused=True, remaining=5, **kw) == "Ended"
+    assert phase(50, remaining=5, **kw) == "Ready"
+    assert phase(150, remaining=5, **kw) == "Active"
+    assert phase(150, remaining=0, **kw) == "SoldOut"
+    assert phase(200, remaining=5, **kw) == "Ended"
+    # Paused is not a phase (docs/couponctl.md): the function cannot even be told about it.
+    with pytest.raises(TypeError):
+        phase(150, paused=True, remaining=5, **kw)  # type: ignore[call-arg]
 
 
 def test_window_status_is_half_open() -> None:

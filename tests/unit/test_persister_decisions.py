@@ -8,10 +8,12 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, SettingsError
-from flashcoupon_persister.consumer import STALL_GRACE_S, backoff_delay, decode_all, is_stalled
+from flashcoupon_persister.consumer import STALL_GRACE_S, decode_all, is_stalled
 from flashcoupon_persister.dlq import DeadLetter, dlq_headers
 from flashcoupon_persister.settings import PersisterSettings
 from flashcoupon_persister.writer import judge, to_row, utc_text
+
+from tests.support.env import LOCAL
 
 A = CouponIssued(
     event_id="ev",
@@ -60,13 +62,6 @@ def test_row_timestamps_are_naive_utc_with_milliseconds() -> None:
             utc_text(bad)
 
 
-def test_backoff_grows_and_is_capped() -> None:
-    delays = [backoff_delay(n, 0.2, 5.0, jitter=0.0) for n in range(1, 10)]
-    assert delays[:4] == [0.2, 0.4, 0.8, 1.6]
-    assert max(delays) == 5.0
-    assert all(0.8 * 5.0 <= backoff_delay(20, 0.2, 5.0) <= 5.0 for _ in range(50))
-
-
 def _record(offset: int, value: bytes | None, headers: tuple = ()) -> ConsumerRecord:
     return ConsumerRecord(
         topic="t",
@@ -110,14 +105,15 @@ def test_dlq_headers_carry_reason_and_coordinates() -> None:
 
 def test_settings_from_env_and_validation() -> None:
     s = PersisterSettings.from_env(
-        {"FLASHCOUPON_PERSISTER_MAX_BATCH": "100", "FLASHCOUPON_PERSISTER_GROUP_ID": "g"}
+        {**LOCAL, "FLASHCOUPON_PERSISTER_MAX_BATCH": "100", "FLASHCOUPON_PERSISTER_GROUP_ID": "g"}
     )
     assert (s.max_batch, s.group_id, s.topic, s.port) == (100, "g", "coupon-issued", 8083)
     with pytest.raises(SettingsError, match="FLASHCOUPON_PERSISTER_MAX_BATCH"):
-        PersisterSettings.from_env({"FLASHCOUPON_PERSISTER_MAX_BATCH": "0"})
+        PersisterSettings.from_env({**LOCAL, "FLASHCOUPON_PERSISTER_MAX_BATCH": "0"})
     with pytest.raises(SettingsError, match="DB_POOL_SIZE"):
         PersisterSettings.from_env(
             {
+                **LOCAL,
                 "FLASHCOUPON_PERSISTER_WRITE_CONCURRENCY": "8",
                 "FLASHCOUPON_PERSISTER_DB_POOL_SIZE": "4",
             }
@@ -130,14 +126,14 @@ def test_settings_from_env_and_validation() -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [("", 5.0), ("0.5", 0.5), ("30", 30.0)])
 def test_db_write_timeout_setting(value: str, expected: float) -> None:
-    env = {"FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S": value}
+    env = {**LOCAL, "FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S": value}
     assert PersisterSettings.from_env(env).db_write_timeout_s == expected
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "0.05", "601", "nan", "inf", "5s"])
 def test_db_write_timeout_refuses_nonsense(value: str) -> None:
     with pytest.raises(SettingsError, match="FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S"):
-        PersisterSettings.from_env({"FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S": value})
+        PersisterSettings.from_env({**LOCAL, "FLASHCOUPON_PERSISTER_DB_WRITE_TIMEOUT_S": value})
 
 
 def test_stalled_only_after_failing_longer_than_the_grace() -> None:

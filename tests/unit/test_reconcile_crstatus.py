@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from flashcoupon_operator.crstatus import cr_status
+from flashcoupon_operator.model import EventStatus
 from flashcoupon_operator.reconcile import Action, Plan
-from flashcoupon_operator.runtime import EventStatus
 
 NOW = datetime(2026, 11, 27, 5, 1, tzinfo=UTC)
 START = datetime(2026, 11, 27, 5, 0, tzinfo=UTC)

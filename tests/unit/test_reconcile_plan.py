@@ -10,7 +10,7 @@ import pytest
 from flashcoupon_common.event_spec import EventSpec, TierSpec
 from flashcoupon_common.event_state import EventState
 from flashcoupon_common.messages import Discount
-from flashcoupon_operator.catalog import CatalogRow
+from flashcoupon_operator.model import CatalogRow
 from flashcoupon_operator.reconcile import Action, Observed, plan
 
 START = datetime(2026, 11, 27, 5, 0, tzinfo=UTC)

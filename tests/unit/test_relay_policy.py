@@ -6,21 +6,22 @@ import orjson
 import pytest
 from aiokafka import errors as kafka_errors
 from aiokafka.partitioner import DefaultPartitioner
+from flashcoupon_common.kafka_producer import needs_new_producer
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import SettingsError
-from flashcoupon_issuer.relay_policy import (
+from flashcoupon_relay.policy import (
     MAX_RECORD_BYTES,
     Outgoing,
-    backoff_delay,
     by_partition,
     consumers_to_forget,
     entry_age_seconds,
-    needs_new_producer,
     plan_batch,
     should_retire,
     split_results,
 )
-from flashcoupon_issuer.relay_settings import RelaySettings
+from flashcoupon_relay.settings import RelaySettings
+
+from tests.support.env import LOCAL
 
 
 def coupon(i: int, user: str = "u1") -> CouponIssued:
@@ -142,16 +143,6 @@ def test_which_errors_rebuild_the_producer(exc: BaseException, rebuild: bool) ->
     assert needs_new_producer(exc) is rebuild
 
 
-def test_backoff_grows_is_capped_and_never_zero() -> None:
-    lo = [backoff_delay(a, base=0.1, cap=5, rand=lambda: 0.0) for a in range(12)]
-    hi = [backoff_delay(a, base=0.1, cap=5, rand=lambda: 1.0) for a in range(12)]
-    assert lo[0] == pytest.approx(0.05) and hi[0] == pytest.approx(0.1)
-    assert hi[3] == pytest.approx(0.8)
-    assert max(hi) == pytest.approx(5) and max(lo) == pytest.approx(2.5)
-    assert hi == sorted(hi)
-    assert backoff_delay(10_000, base=0.1, cap=5, rand=lambda: 1.0) == pytest.approx(5)
-
-
 def test_retire_only_when_unregistered_and_drained() -> None:
     assert should_retire(False, 0, 0)
     assert not should_retire(True, 0, 0)
@@ -176,6 +167,7 @@ def test_entry_age_from_stream_id() -> None:
 
 def test_settings_from_env_and_validation() -> None:
     env = {
+        **LOCAL,
         "FLASHCOUPON_RELAY_TOPIC": "x",
         "FLASHCOUPON_RELAY_BATCH_SIZE": "50",
         "FLASHCOUPON_RELAY_EVENTS": "a, b,",
@@ -189,10 +181,10 @@ def test_settings_from_env_and_validation() -> None:
         "r1",
         8084,
     )
-    assert RelaySettings.from_env({}).consumer  # hostname-pid by default
+    assert RelaySettings.from_env(LOCAL).consumer  # hostname-pid by default
     with pytest.raises(SettingsError, match="FLASHCOUPON_RELAY_BATCH_SIZE"):
-        RelaySettings.from_env({"FLASHCOUPON_RELAY_BATCH_SIZE": "0"})
+        RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_BATCH_SIZE": "0"})
     with pytest.raises(SettingsError, match="BLOCK_MS"):
-        RelaySettings.from_env({"FLASHCOUPON_RELAY_BLOCK_MS": "6000"})
+        RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_BLOCK_MS": "6000"})
     with pytest.raises(SettingsError, match="CLAIM_IDLE_MS must be an integer"):
-        RelaySettings.from_env({"FLASHCOUPON_RELAY_CLAIM_IDLE_MS": "soon"})
+        RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_CLAIM_IDLE_MS": "soon"})

@@ -9,11 +9,13 @@ import pytest
 from aiokafka import errors as kafka_errors
 from flashcoupon_common.messages import CouponRedeemed
 from flashcoupon_common.settings import SettingsError
-from flashcoupon_persister.wallet.outbox import OutboxEntry
-from flashcoupon_persister.wallet.publisher import needs_new_producer, next_wait, split_acked
-from flashcoupon_persister.wallet.redemption import Redemption, redeemed_event
-from flashcoupon_persister.wallet.settings import WalletSettings
+from flashcoupon_wallet.outbox import OutboxEntry
+from flashcoupon_wallet.publisher import needs_new_producer, next_wait, split_acked
+from flashcoupon_wallet.redemption import Redemption, redeemed_event
+from flashcoupon_wallet.settings import WalletSettings
 from sqlalchemy.exc import OperationalError
+
+from tests.support.env import LOCAL
 
 
 def entry(i: int) -> OutboxEntry:
@@ -40,7 +42,9 @@ def test_only_kafka_trouble_rebuilds_the_producer() -> None:
 
 def test_next_wait_backs_off_after_failures_runs_on_after_a_full_batch_else_polls() -> None:
     def wait(claimed: int, failures: int) -> float:
-        return next_wait(claimed, 500, failures, poll=1.0, retry_initial=0.2, retry_max=5.0)
+        return next_wait(
+            claimed, 500, failures, poll=1.0, retry_initial=0.2, retry_max=5.0, rand=lambda: 1.0
+        )
 
     assert [wait(0, n) for n in (1, 2, 3, 4, 5, 6, 100)] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
     assert wait(500, 0) == 0.0  # a full batch: more is probably waiting
@@ -65,9 +69,9 @@ def test_redeemed_event_carries_the_redemption_in_milliseconds() -> None:
 
 
 def test_publish_settings_are_validated_and_named() -> None:
-    s = WalletSettings.from_env({"FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0.5"})
+    s = WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0.5"})
     assert (s.publish_batch, s.publish_poll_seconds) == (500, 0.5)
     with pytest.raises(SettingsError, match="FLASHCOUPON_WALLET_PUBLISH_BATCH"):
-        WalletSettings.from_env({"FLASHCOUPON_WALLET_PUBLISH_BATCH": "0"})
+        WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PUBLISH_BATCH": "0"})
     with pytest.raises(SettingsError, match="FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS"):
-        WalletSettings.from_env({"FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0"})
+        WalletSettings.from_env({**LOCAL, "FLASHCOUPON_WALLET_PUBLISH_POLL_SECONDS": "0"})

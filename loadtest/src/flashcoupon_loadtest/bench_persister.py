@@ -35,7 +35,7 @@ from flashcoupon_common.kafka_admin import committed_offsets, create_topics, del
 from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings
 from flashcoupon_persister import metrics
-from flashcoupon_persister.service import running
+from flashcoupon_persister.bootstrap import running
 from flashcoupon_persister.settings import PersisterSettings
 from flashcoupon_persister.writer import INSERT_SQL, to_row
 from sqlalchemy import text
@@ -128,7 +128,7 @@ async def committed_total(bootstrap: str, group: str, topic: str) -> int:
 
 async def count(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
-        return (await conn.execute(text("SELECT COUNT(*) FROM user_coupons"))).scalar_one()
+        return int((await conn.execute(text("SELECT COUNT(*) FROM user_coupons"))).scalar_one())
 
 
 def sustained_rate(samples: list[tuple[float, int]], total: int) -> float:
@@ -204,6 +204,7 @@ async def run_ceiling(
     async def worker() -> None:
         async with engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
             while not chunks.empty():
                 part = chunks.get_nowait()
                 async with driver.cursor() as cur:

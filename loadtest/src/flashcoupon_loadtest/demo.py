@@ -8,7 +8,9 @@ waiting room off), fires the burst through the gateways at startAt — distinct 
 JWTs, some pressing 2–3 times, some clients retrying with the same Idempotency-Key — waits
 until MySQL holds every coupon Redis issued, then checks DESIGN.md's invariants against Redis
 and MySQL directly. Prints the report, writes JSON and PNG under loadtest/results/, exits 1
-if any invariant (or an Idempotency-Key replay) failed.
+if any invariant (or an Idempotency-Key replay) failed. A private Prometheus (flashcoupon_loadtest
+.observe; --no-prometheus skips it) scrapes the services, and dashboard.png shows the Grafana
+drop overview's panels drawn from its range queries.
 
 With --target URL it drives a deployed ingress instead and starts nothing; the stores it
 checks are the ones FLASHCOUPON_REDIS_NODES / FLASHCOUPON_MYSQL_URL point at.
@@ -18,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -32,7 +36,7 @@ from flashcoupon_common.kafka_admin import create_topics, delete_topics
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSettings
 
-from flashcoupon_loadtest import driver
+from flashcoupon_loadtest import driver, observe
 from flashcoupon_loadtest.drop import (
     DEFAULT_MANIFEST,
     PipelineWatch,
@@ -95,6 +99,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="delete the event's Redis state afterwards (MySQL rows stay)",
     )
     ap.add_argument("--results-dir", type=Path, default=RESULTS)
+    ap.add_argument(
+        "--prometheus",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="scrape the local services with a private Prometheus and draw the drop overview "
+        "dashboard into dashboard.png (default on; skipped when Prometheus cannot be installed)",
+    )
     ap.add_argument("--mysql-url", help="check this database (default FLASHCOUPON_MYSQL_URL)")
     return ap.parse_args(argv)
 
@@ -128,6 +139,7 @@ async def run(args: argparse.Namespace) -> int:
     redis = create_redis_cluster(RedisSettings.from_env(env))
     engine = create_engine(MysqlSettings.from_env(env), pool_size=2)
     services: LocalServices | None = None
+    prom: observe.Prometheus | None = None
     try:
         if not args.target:
             await create_topics(kafka.bootstrap, topic, partitions=6)
@@ -145,6 +157,7 @@ async def run(args: argparse.Namespace) -> int:
                     },
                 },
             )
+            prom = _start_prometheus(services) if args.prometheus else None
             print(f"starting services (logs in {services.log_dir}) ...", flush=True)
             t0 = time.time()
             try:
@@ -164,8 +177,13 @@ async def run(args: argparse.Namespace) -> int:
         print(
             "  " + couponctl_apply(doc, args.results_dir / "manifests", env).replace("\n", "\n  ")
         )
-        return await _drop(args, event_id, start_at, targets, redis, engine, t_begin)
+        draw = None
+        if prom is not None:
+            draw = functools.partial(_draw_dashboard, prom, args, event_id, start_at)
+        return await _drop(args, event_id, start_at, targets, redis, engine, t_begin, draw)
     finally:
+        if prom is not None:
+            prom.stop()
         if services is not None and not args.keep_services:
             await asyncio.to_thread(services.stop)
         if services is not None and args.keep_services:
@@ -184,6 +202,7 @@ async def _drop(
     redis: Any,
     engine: Any,
     t_begin: float,
+    draw_dashboard: Callable[[], None] | None = None,
 ) -> int:
     burst = Burst(
         event_id=event_id,
@@ -244,6 +263,9 @@ async def _drop(
             [f"{u} was issued {c}, replay got {got}" for u, c, got in (contradicted + stale)[:5]],
         )
     )
+    if draw_dashboard is not None:
+        # Before the cleanup: deleting the event makes the services drop its series.
+        await asyncio.to_thread(draw_dashboard)
     if args.cleanup:
         from flashcoupon_common.event_state import delete_state
 
@@ -290,14 +312,37 @@ async def _drop(
     return 0 if passed else 1
 
 
+def _start_prometheus(services: LocalServices) -> observe.Prometheus | None:
+    """A private Prometheus scraping the services (1 s), or None when it cannot run here."""
+    try:
+        binary, _ = observe.ensure_prometheus()
+        return observe.Prometheus(observe.targets_of(services)).start(binary)
+    except (OSError, RuntimeError) as exc:
+        print(f"  no Prometheus, no dashboard.png: {exc}".splitlines()[0])
+        return None
+
+
+def _draw_dashboard(
+    prom: observe.Prometheus, args: argparse.Namespace, event_id: str, start_at: datetime
+) -> None:
+    time.sleep(2)  # the last scrapes after the drain
+    png = args.results_dir / "dashboard.png"
+    title = f"{event_id}: {args.users:,} shoppers, {args.coupons:,} coupons"
+    drawn = observe.render_drop_overview(
+        prom, png, start=start_at.timestamp() - 5, end=time.time(), event_id=event_id,
+        subtitle=title,
+    )  # fmt: skip
+    print(f"dashboard {png} (drop overview from Prometheus, {drawn} panels with data)")
+
+
 def _persisted_after(
     summary: dict[str, Any], records: list[Any], samples: list[tuple[float, int, int]]
 ) -> float | None:
     """Seconds from the last coupon's answer until MySQL held every issued coupon."""
     if summary["sell_out_seconds"] is None or not samples:
         return None
-    sold_out_at = min(r.t_start for r in records) + summary["sell_out_seconds"]
-    return max(0.0, _all_persisted_at(samples) - sold_out_at)
+    sold_out_at = min(r.t_start for r in records) + float(summary["sell_out_seconds"])
+    return float(max(0.0, float(_all_persisted_at(samples)) - sold_out_at))
 
 
 def _all_persisted_at(samples: list[tuple[float, int, int]]) -> float:

@@ -40,7 +40,7 @@ def demo_manifest(
     open_for: timedelta = timedelta(hours=1),
 ) -> dict[str, Any]:
     """The example manifest renamed, resized and re-timed; waiting room off."""
-    doc = yaml.safe_load(source.read_text())
+    doc: dict[str, Any] = yaml.safe_load(source.read_text())
     doc["metadata"] = {**doc.get("metadata", {}), "name": name}
     spec = doc["spec"]
     spec["quantity"] = quantity

@@ -151,7 +151,8 @@ class LocalServices:
         log_dir: Path = LOG_DIR,
         ready_timeout: float = 90.0,
     ) -> None:
-        self.base_env = {**os.environ, **stack_env(env), **(env or {})}
+        given = {**os.environ, **(env or {})}
+        self.base_env = {**given, **stack_env(given)}
         # start() may run in a thread while stop() is called from another (Ctrl-C):
         # the lock keeps a process from being started after stop() signalled the rest.
         self._lock = threading.Lock()

@@ -3,7 +3,8 @@
 Each shopper presses once; a 202 QUEUED answer carries `statusUrl`. With `sse` (default) the
 shopper opens that URL as `text/event-stream` and waits for the gateway's `result` event (the
 gateway issues on the shopper's behalf once admitted); otherwise it polls the JSON status
-every `poll_interval` and presses again, with the same Idempotency-Key, once "admitted".
+every `poll_interval` and presses again, with the same Idempotency-Key, once "admitted"
+(a `sold_out` state, or the stream's 410 result, ends the wait: the event sold out).
 Two records per queued shopper: the 202 (kind `first`) and the final answer (kind
 `admitted`, latency = the whole wait from the first press).
 """
@@ -140,6 +141,8 @@ class WaitingRoom(IssueScenario):
             if state == "admitted":
                 rec, _ = await self._issue(conn, headers, user, "admitted", key, due)
                 return rec
+            if state == "sold_out":  # the event sold out while this ticket waited
+                return Record(due, time.time() - due, 410, "SOLD_OUT", user, "admitted")
             if status != 200 or state == "gone":
                 code, _ = classify(status, body)
                 return Record(due, time.time() - due, status, code, user, "admitted")

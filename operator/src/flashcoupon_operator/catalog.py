@@ -13,7 +13,6 @@ MySQL DATETIME has no zone: every time is stored as naive UTC.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from flashcoupon_common.db.schema import coupon_events, coupon_tiers, user_coupons
@@ -22,26 +21,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.mysql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-
-@dataclass(frozen=True, slots=True)
-class CatalogRow:
-    """An event's catalog entry as stored; `spec` is what was last applied."""
-
-    event_id: str
-    quantity: int
-    spec: EventSpec
-    deleted_at: datetime | None  # aware UTC, or None while the event exists
-
-
-@dataclass(frozen=True, slots=True)
-class TierRow:
-    name: str
-    discount_type: str
-    amount: int | None
-    percent: int | None
-    max_amount: int | None
-    share: int
-    quantity: int
+from flashcoupon_operator.model import CatalogRow, TierRow
 
 
 def to_db_time(value: datetime) -> datetime:

@@ -22,6 +22,7 @@ from flashcoupon_common.db.engine import create_engine
 from flashcoupon_common.event_spec import EventSpec
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import MysqlSettings, RedisSettings, SettingsError
+from flashcoupon_common.validation import DNS_LABEL
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flashcoupon_operator import runtime
 from flashcoupon_operator.fields import parse_duration
-from flashcoupon_operator.manifest import DNS1123_LABEL, FieldError, ManifestError, parse_manifests
+from flashcoupon_operator.manifest import FieldError, ManifestError, parse_manifests
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REJECTED = 0, 1, 2, 3
 PROGRESS_FROM = 10_000  # events at least this large get progress lines while preloading
@@ -122,7 +123,7 @@ def overrides(
     if name is not None:
         if len(specs) != 1:
             raise ManifestError([FieldError("--name", "needs a file with exactly one event")])
-        if len(name) > 63 or not DNS1123_LABEL.match(name):
+        if not DNS_LABEL.ok(name):
             raise ManifestError([FieldError("--name", f"{name!r} is not a DNS-1123 label")])
         specs = [replace(specs[0], event_id=name)]
     if start_in is not None:

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from flashcoupon_operator.model import EventStatus
 from flashcoupon_operator.reconcile import Plan
-from flashcoupon_operator.runtime import EventStatus
 
 
 def _time(moment: datetime) -> str:

@@ -22,7 +22,7 @@ def parse_rfc3339(raw: Any) -> tuple[datetime | None, str | None]:
     example = "e.g. 2026-11-27T14:00:00+09:00"
     if not isinstance(raw, str):
         return None, f"must be an RFC 3339 timestamp string with offset ({example})"
-    if not RFC3339.match(raw):
+    if not RFC3339.fullmatch(raw):
         return None, f"{raw!r} is not RFC 3339 with an offset ({example})"
     text = raw.upper()
     # datetime.fromisoformat takes at most 6 fractional digits; RFC 3339 allows more.
@@ -38,7 +38,7 @@ def parse_rfc3339(raw: Any) -> tuple[datetime | None, str | None]:
 def parse_duration(raw: Any, *, allow_zero: bool) -> tuple[timedelta | None, str | None]:
     if not isinstance(raw, str) or not raw:
         return None, f"must be {DURATION_HINT}"
-    m = DURATION.match(raw)
+    m = DURATION.fullmatch(raw)
     if not m:
         return None, f"{raw!r} is not {DURATION_HINT}"
     h, mi, s = (int(g) if g else 0 for g in m.groups())

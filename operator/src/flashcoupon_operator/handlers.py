@@ -29,7 +29,7 @@ from flashcoupon_common.settings import MysqlSettings, RedisSettings, env_float
 from redis.exceptions import RedisClusterException, RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from flashcoupon_operator import runtime
+from flashcoupon_operator import metrics, runtime
 from flashcoupon_operator.crstatus import cr_status
 from flashcoupon_operator.manifest import API_VERSION, KIND, ManifestError, parse_manifest
 from flashcoupon_operator.reconcile import Plan
@@ -55,8 +55,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Warnings logged by handlers (a refused spec, a failed apply) become Kubernetes events.
     settings.posting.level = logging.WARNING
     settings.posting.loggers = True
-    memo.redis = create_redis_cluster(RedisSettings.from_env())
-    memo.engine = create_engine(MysqlSettings.from_env(), pool_size=4)
+    # __main__ read and checked the settings before kopf started; read them here otherwise.
+    memo.redis = create_redis_cluster(memo.get("redis_settings") or RedisSettings.from_env())
+    memo.engine = create_engine(memo.get("mysql_settings") or MysqlSettings.from_env(), pool_size=4)
 
 
 @kopf.on.cleanup()
@@ -108,6 +109,8 @@ async def reconcile(
     )
     if failed and error is None:
         status["phase"] = "Failed"  # refused before anything ran: nothing to show but why
+    if event is not None:
+        metrics.observe_event(event)
     return status, error
 
 
@@ -129,8 +132,10 @@ async def apply(
     )
     patch.status.update(new)
     if error is not None:
+        metrics.count("apply", "error")
         raise kopf.TemporaryError(error, delay=RETRY_SECONDS)
     accepted = next(c for c in new["conditions"] if c["type"] == "SpecAccepted")
+    metrics.count("apply", "ok" if accepted["status"] == "True" else "rejected")
     if accepted["status"] == "False":
         # kopf's per-object logger turns warnings into Kubernetes events on the object.
         logger.warning("spec of %s not applied: %s", name, accepted["message"])
@@ -153,12 +158,16 @@ async def refresh(
         return  # `apply` has not written the catalog yet (or the spec was invalid)
     except INFRA_ERRORS as exc:
         log.warning("refresh of %s failed: %s", name, exc)
+        metrics.count("refresh", "error")
         return
     generation = int(meta.get("generation", 0))
+    metrics.observe_event(event)  # a preload that keeps failing stays visible as Preloading
     if event.issued is None and event.phase == "Preloading":
-        new, _error = await reconcile(name, spec, generation=generation, previous=status, memo=memo)
+        new, error = await reconcile(name, spec, generation=generation, previous=status, memo=memo)
         patch.status.update(new)
+        metrics.count("refresh", "error" if error else "ok")
         return
+    metrics.count("refresh", "ok")
     # Keep the last plan's verdict (conditions, message); refresh what changes by itself.
     fresh = cr_status(
         event=event,
@@ -178,7 +187,11 @@ async def cleanup(name: str, meta: Mapping[str, Any], memo: kopf.Memo, **_: Any)
     try:
         await runtime.delete(memo.redis, memo.engine, name, force=force)
     except runtime.NotPersisted as exc:
+        metrics.count("cleanup", "rejected")  # waits for the pipeline: not a failure
         hint = f'(or annotate {FORCE_DELETE}="true", which loses them)'
         raise kopf.TemporaryError(f"{exc} {hint}", delay=RETRY_SECONDS) from None
     except INFRA_ERRORS as exc:
+        metrics.count("cleanup", "error")
         raise kopf.TemporaryError(f"delete failed: {exc}", delay=RETRY_SECONDS) from None
+    metrics.count("cleanup", "ok")
+    metrics.forget_event(name)

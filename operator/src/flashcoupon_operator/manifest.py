@@ -12,7 +12,6 @@ YAML timestamps are read as plain strings (the implicit timestamp resolver is re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 from flashcoupon_common.event_spec import AdmissionSpec, EventSpec, TierSpec
 from flashcoupon_common.messages import Discount
+from flashcoupon_common.validation import DNS_LABEL
 
 from flashcoupon_operator.fields import Errors, parse_duration, parse_rfc3339
 
@@ -30,7 +30,6 @@ KIND = "CouponEvent"
 MAX_QUANTITY = 10_000_000
 MAX_PER_USER_LIMIT = 100
 MAX_TITLE = 255  # coupon_events.title is VARCHAR(255)
-DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 SPEC_FIELDS = frozenset(
     {"title", "quantity", "perUserLimit", "startAt", "endAt", "warmup", "coupon", "tiers",
@@ -162,7 +161,7 @@ def _name(err: Errors, metadata: Any) -> str | None:
     if not isinstance(name, str) or not name:
         err.add("metadata.name", "is required")
         return None
-    if len(name) > 63 or not DNS1123_LABEL.match(name):
+    if not DNS_LABEL.ok(name):
         err.add(
             "metadata.name",
             f"{name!r} must be a DNS-1123 label: at most 63 characters of lowercase letters, "
@@ -217,7 +216,7 @@ def _tiers(err: Errors, raw: Any) -> tuple[TierSpec, ...]:
         for key in sorted(set(item) - {"name", "discount", "share"}, key=str):
             err.add(f"{path}.{key}", "unknown field")
         name = item.get("name")
-        if not isinstance(name, str) or len(name) > 63 or not DNS1123_LABEL.match(name):
+        if not isinstance(name, str) or not DNS_LABEL.ok(name):
             err.add(f"{path}.name", "must be a DNS-1123 label (lowercase, digits, '-', ≤ 63)")
             name = None
         elif name in seen:

@@ -24,13 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Protocol
 
 from flashcoupon_common.event_spec import EventSpec
 
-from flashcoupon_operator.catalog import CatalogRow
-
-Phase = Literal["Pending", "Preloading", "Ready", "Active", "SoldOut", "Ended", "Failed"]
+from flashcoupon_operator.model import CatalogRow, Phase
 
 
 class RuntimeState(Protocol):

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.event_spec import EventSpec
@@ -23,7 +21,8 @@ from redis.asyncio.cluster import RedisCluster
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from flashcoupon_operator import catalog
-from flashcoupon_operator.reconcile import Action, Observed, Phase, Plan, phase, plan
+from flashcoupon_operator.model import EventStatus
+from flashcoupon_operator.reconcile import Action, Observed, Plan, phase, plan
 
 logger = logging.getLogger(__name__)
 
@@ -44,37 +43,6 @@ class NotPersisted(Exception):
 
 class NotFound(LookupError):
     """No event of that name in Redis or in the catalog."""
-
-
-@dataclass(frozen=True, slots=True)
-class EventStatus:
-    event_id: str
-    phase: Phase | None  # None once deleted
-    quantity: int
-    issued: int | None  # None when Redis holds no state (not preloaded, or deleted)
-    remaining: int | None
-    persisted: int
-    start_at: datetime
-    end_at: datetime
-    paused: bool
-    deleted_at: datetime | None = None
-    # per tier: (name, quantity, issued or None when Redis holds no state)
-    tiers: tuple[tuple[str, int, int | None], ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "eventId": self.event_id,
-            "phase": self.phase if self.deleted_at is None else "Deleted",
-            "quantity": self.quantity,
-            "issued": self.issued,
-            "remaining": self.remaining,
-            "persisted": self.persisted,
-            "startAt": self.start_at.isoformat(),
-            "endAt": self.end_at.isoformat(),
-            "paused": self.paused,
-            "deletedAt": None if self.deleted_at is None else self.deleted_at.isoformat(),
-            "tiers": [{"name": n, "quantity": q, "issued": i} for n, q, i in self.tiers],
-        }
 
 
 def utcnow() -> datetime:

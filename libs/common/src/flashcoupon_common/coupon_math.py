@@ -121,14 +121,15 @@ def phase(
     *,
     start_ms: int,
     end_ms: int,
-    paused: bool,
     remaining: int,
 ) -> str:
-    """The event's phase as the CouponEvent status shows it."""
+    """The event's phase as the CouponEvent status shows it.
+
+    Paused is not a phase (docs/couponctl.md): a paused Active event is still Active, and
+    `paused` is reported beside the phase.
+    """
     if now_ms >= end_ms:
         return "Ended"
-    if paused:
-        return "Paused"
     if now_ms < start_ms:
         return "Ready"
     if remaining <= 0:

@@ -10,7 +10,6 @@ docs/redis-layout.md.
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,8 +23,8 @@ from flashcoupon_common.coupon_math import code_prefix, phase, tier_caps
 from flashcoupon_common.event_spec import EventSpec
 from flashcoupon_common.lua import PROVISION
 from flashcoupon_common.messages import CouponIssued, Discount
+from flashcoupon_common.validation import EVENT_ID
 
-EVENT_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _RETRIES = 20
 
 
@@ -51,13 +50,12 @@ class EventState:
         return max(0, self.quantity - self.issued)
 
     def phase(self, now: datetime | None = None) -> str:
-        """Ready | Active | SoldOut | Ended | Paused at `now` (default: this machine's clock)."""
+        """Ready | Active | SoldOut | Ended at `now` (default: this machine's clock)."""
         now_ms = to_ms(now) if now is not None else int(time.time() * 1000)
         return phase(
             now_ms,
             start_ms=to_ms(self.start_at),
             end_ms=to_ms(self.end_at),
-            paused=self.paused,
             remaining=self.remaining,
         )
 
@@ -71,10 +69,8 @@ def from_ms(ms: int) -> datetime:
 
 
 def validate_event_id(event_id: str) -> None:
-    if not EVENT_ID_RE.match(event_id):
-        raise ProvisionError(
-            f"event id {event_id!r} must be a DNS-1123 label (lowercase a-z, 0-9, '-', max 63)"
-        )
+    if not EVENT_ID.ok(event_id):
+        raise ProvisionError(f"event id {event_id!r} must be {EVENT_ID.rule}")
 
 
 def validate_spec(spec: EventSpec) -> None:
@@ -187,7 +183,8 @@ async def read_state(redis: RedisCluster, event_id: str) -> EventState | None:
     start, end, limit, paused, nt, ver = (_b(v) for v in cfg_vals)
     n_tiers = int(nt or 0)
     names = [
-        _b(v) or "" for v in await _hmget_list(redis, keys.config_key(event_id), "tn", n_tiers)
+        _b(v) or ""  # type: ignore[arg-type]
+        for v in await _hmget_list(redis, keys.config_key(event_id), "tn", n_tiers)
     ]
     fields = ["n", "q"] + [f"{p}{k}" for k in range(1, n_tiers + 1) for p in ("c", "i")]
     st = [int(v or 0) for v in await redis.hmget(keys.stock_key(event_id), fields)]
@@ -233,6 +230,8 @@ async def delete_state(redis: RedisCluster, event_id: str) -> None:
     # One DEL: the keys share a slot, so the cluster client sends them to one node.
     await redis.delete(*keys.event_keys(event_id))
     await redis.srem(keys.EVENTS_REGISTRY, event_id)
+    # Issuers drop what they remember about the event (sold-out flag, metric series).
+    await redis.publish(keys.SUPPLY_CHANNEL, event_id)
 
 
 async def iter_issued(redis: RedisCluster, event_id: str) -> AsyncIterator[CouponIssued]:

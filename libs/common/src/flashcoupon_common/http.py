@@ -2,7 +2,14 @@
 
 Errors follow RFC 9457 with a stable machine `code`. Domain code raises `ProblemError` (or a
 subclass); `exception_handlers()` turns it, Starlette's HTTPException (404, 405, ...) and any
-unexpected exception into problem+json, so no client ever sees a stack trace.
+unexpected exception into problem+json, so no client ever sees a stack trace. A client that
+goes away mid-request (Starlette's ClientDisconnect) is neither: it is counted as 499, or as
+408 when the server's read deadline cut it off (httpserver.py), and not logged as an error.
+
+The internal user header (`X-Flashcoupon-User`, set only by the gateway) carries the user id
+as UTF-8 bytes, byte-exact: the gateway's upstream pool encodes header values as UTF-8, and
+`user_from_header` is the receiving end. ASCII ids are the same bytes as before; a Latin-1
+encoded id (from an older gateway) is not valid UTF-8 and is refused, never stored mangled.
 """
 
 from __future__ import annotations
@@ -14,13 +21,20 @@ from typing import Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from flashcoupon_common.problems import ProblemError as ProblemError
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
+USER_HEADER = "X-Flashcoupon-User"
+# Set in an ASGI scope by the server when it cut the request off at its read deadline.
+TIMED_OUT = "flashcoupon.timed_out"
+# nginx's "client closed request": what a request whose client went away is counted as.
+CLIENT_CLOSED = 499
 
 # Stable codes for the errors the framework raises before our handlers run.
 _HTTP_CODES = {
@@ -33,7 +47,7 @@ _HTTP_CODES = {
     415: "UNSUPPORTED_MEDIA_TYPE",
     422: "UNPROCESSABLE",
     429: "RATE_LIMITED",
-    503: "UNAVAILABLE",
+    503: "SERVICE_UNAVAILABLE",
 }
 
 
@@ -44,24 +58,17 @@ class JSONResponse(Response):
         return orjson.dumps(content)
 
 
-class ProblemError(Exception):
-    """An error answered to the client as problem+json."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        detail: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.headers = dict(headers or {})
-        self.extra = extra
+def problem_body(status: int, code: str, detail: str, **extra: Any) -> bytes:
+    return orjson.dumps(
+        {
+            "type": f"https://flashcoupon.io/problems/{code.lower().replace('_', '-')}",
+            "title": code.replace("_", " ").capitalize(),
+            "status": status,
+            "code": code,
+            "detail": detail,
+            **extra,
+        }
+    )
 
 
 def problem(
@@ -72,17 +79,26 @@ def problem(
     headers: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> Response:
-    body = {
-        "type": f"https://flashcoupon.io/problems/{code.lower().replace('_', '-')}",
-        "title": code.replace("_", " ").capitalize(),
-        "status": status,
-        "code": code,
-        "detail": detail,
-        **extra,
-    }
-    return Response(
-        orjson.dumps(body), status, headers=dict(headers or {}), media_type=PROBLEM_JSON
-    )
+    body = problem_body(status, code, detail, **extra)
+    return Response(body, status, headers=dict(headers or {}), media_type=PROBLEM_JSON)
+
+
+def disconnected(scope: Mapping[str, Any]) -> Response:
+    """The 'answer' to a request whose client is gone: never delivered, only counted."""
+    return Response(status_code=408 if scope.get(TIMED_OUT) else CLIENT_CLOSED)
+
+
+def user_from_header(value: bytes | str) -> str | None:
+    """The user id an X-Flashcoupon-User value carries, or None if it is not UTF-8.
+
+    A str is what Starlette's `request.headers` gives: the raw bytes decoded as Latin-1,
+    which `encode("latin-1")` turns back into exactly those bytes.
+    """
+    raw = value.encode("latin-1") if isinstance(value, str) else value
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 async def _on_problem(request: Request, exc: Exception) -> Response:
@@ -96,14 +112,38 @@ async def _on_http(request: Request, exc: Exception) -> Response:
     return problem(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
 
+async def _on_disconnect(request: Request, exc: Exception) -> Response:
+    return disconnected(request.scope)
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     # Deliberately absorbed: the client gets a problem document, the log gets the trace.
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem(500, "INTERNAL", "internal error; it has been logged")
 
 
-def exception_handlers() -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
-    return {ProblemError: _on_problem, HTTPException: _on_http, Exception: _on_unexpected}
+ExceptionTable = dict[Any, Callable[[Request, Exception], Awaitable[Response]]]
+
+
+def exception_handlers() -> ExceptionTable:
+    """The shared exception table: an app adds its own entries (e.g. store errors → 503)."""
+    return {
+        ProblemError: _on_problem,
+        HTTPException: _on_http,
+        ClientDisconnect: _on_disconnect,
+        Exception: _on_unexpected,
+    }
+
+
+async def error_response(table: ExceptionTable, request: Request, exc: Exception) -> Response:
+    """The answer `table` gives for `exc`, found as Starlette finds it (the nearest class in
+    the exception's MRO): hot routes served outside Starlette translate errors exactly as the
+    app's exception handlers do."""
+    for cls in type(exc).__mro__:
+        handler = table.get(cls)
+        if handler is not None:
+            return await handler(request, exc)
+    raise exc
 
 
 async def json_body(request: Request, *, max_bytes: int = 16_384) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""RED metrics per route (rate, errors, duration) as a pure ASGI middleware.
+"""RED metrics per route (rate, errors, duration): a pure ASGI middleware for ordinary routes,
+and RouteMetrics for the hot routes served outside Starlette (the issuer's IssueEdge, the
+gateway's IssueFastPath), recorded under the same names and labels.
 
 Labels use the route *template* (`/v1/events/{eventId}/issue`), never the raw path, so an
 attacker cannot blow up the series count with random URLs.
@@ -7,8 +9,9 @@ attacker cannot blow up the series count with random URLs.
 from __future__ import annotations
 
 import time
+from typing import Any, Generic, TypeVar
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -23,6 +26,52 @@ HTTP_DURATION = Histogram(
     ["service", "route", "method"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 )
+
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+class Children(Generic[M]):
+    """A metric's label children, each created once.
+
+    `labels()` takes a lock and builds a tuple per call, which shows on a hot path. Use only
+    with bounded label values (status codes, route templates, events that exist), and
+    `forget()` an event's series when the event goes away.
+    """
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._cache: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._cache.get(values)
+        if child is None:
+            child = self._cache[values] = self._metric.labels(*values)
+        return child
+
+    def has(self, *values: str) -> bool:
+        return values in self._cache
+
+    def forget(self, *values: str) -> None:
+        """Remove the series whose labels start with `values` (e.g. every series of an event)."""
+        n = len(values)
+        for key in [k for k in self._cache if k[:n] == values]:
+            del self._cache[key]
+            self._metric.remove(*key)
+
+
+class RouteMetrics:
+    """RED metrics of one hot route, as REDMiddleware records them for ordinary routes."""
+
+    def __init__(self, service: str, route: str, method: str) -> None:
+        self._requests = Children(HTTP_REQUESTS)
+        self._labels = (service, route, method)
+        self._duration = HTTP_DURATION.labels(service, route, method)
+
+    def record(self, status: int, started: float) -> None:
+        """One request answered with `status`; `started` is its time.perf_counter() start."""
+        self._requests(*self._labels, str(status)).inc()
+        self._duration.observe(time.perf_counter() - started)
 
 
 class REDMiddleware:

@@ -23,6 +23,10 @@ after the scripts: Redis answers it when n replicas acknowledged every write mad
 that connection, so one WAIT covers the whole batch. If fewer replicas acknowledged in time,
 each call raises NotReplicatedError carrying its result: the caller decides what an
 unconfirmed write means.
+
+The wire format (RESP, node connections) is in resp.py. What is left here (~330 lines) is one
+class whose queueing, sending, settling and retrying share per-node state; split further it
+would only scatter that state.
 """
 
 from __future__ import annotations
@@ -35,9 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import hiredis
 from prometheus_client import Histogram
-from redis._parsers.base import BaseParser
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import (
     AskError,
@@ -52,6 +54,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from flashcoupon_common.lua import LuaScript
+from flashcoupon_common.resp import Arg, NodeConnection, bulk, pack
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +65,6 @@ BATCH_SIZE = Histogram(
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 )
 
-Arg = str | bytes | int | float
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
 _REROUTE = (MovedError, TryAgainError, ClusterDownError, ReadOnlyError)
 
@@ -77,52 +79,6 @@ class NotReplicatedError(Exception):
         super().__init__(f"write acknowledged by {acked} replica(s) only")
         self.result = result
         self.acked = acked
-
-
-def _bulk(value: Arg) -> bytes:
-    raw = value if isinstance(value, bytes) else str(value).encode()
-    return b"$%d\r\n%s\r\n" % (len(raw), raw)
-
-
-def pack(*parts: Arg) -> bytes:
-    """One command in RESP."""
-    return b"*%d\r\n" % len(parts) + b"".join(_bulk(p) for p in parts)
-
-
-class _NodeConnection:
-    """One connection to one node: raw asyncio streams and a hiredis reply parser."""
-
-    __slots__ = ("parser", "reader", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        # Error replies become redis-py's exception classes (NoScriptError, MovedError, ...).
-        self.parser = hiredis.Reader(replyError=BaseParser.parse_error)
-
-    @classmethod
-    async def open(cls, host: str, port: int) -> _NodeConnection:
-        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
-        return cls(reader, writer)
-
-    async def roundtrip(self, payload: bytes, expected: int) -> list[Any]:
-        self.writer.write(payload)
-        replies: list[Any] = []
-        parser = self.parser
-        while True:
-            reply = parser.gets()
-            while reply is not False:
-                replies.append(reply)
-                if len(replies) == expected:
-                    return replies
-                reply = parser.gets()
-            data = await self.reader.read(1 << 16)
-            if not data:
-                raise RedisConnectionError("connection closed by the server")
-            parser.feed(data)
-
-    def close(self) -> None:
-        self.writer.close()
 
 
 @dataclass(slots=True)
@@ -140,7 +96,7 @@ class _NodeQueue:
     host: str
     port: int
     calls: deque[_Call] = field(default_factory=deque)
-    idle: list[_NodeConnection] = field(default_factory=list)
+    idle: list[NodeConnection] = field(default_factory=list)
     inflight: int = 0
     scheduled: bool = False
 
@@ -180,15 +136,26 @@ class ScriptBatcher:
         return await self.submit(script, keys, args)
 
     def submit(
-        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        deadline: float | None = None,
     ) -> asyncio.Future[Any]:
         """`call` without its coroutine: the future of the reply (the client is initialized).
 
         For hot paths that await the reply directly: one coroutine frame less per call.
+        `deadline` (time.monotonic()) ends retrying earlier than `retry_deadline`; a caller
+        that stops waiting should cancel the future: a cancelled call is never sent again.
         """
         loop = asyncio.get_running_loop()
+        limit = time.monotonic() + self.retry_deadline
         item = _Call(
-            script, keys, args, loop.create_future(), time.monotonic() + self.retry_deadline
+            script,
+            keys,
+            args,
+            loop.create_future(),
+            limit if deadline is None else min(deadline, limit),
         )
         self._enqueue(item)
         return item.future
@@ -211,12 +178,10 @@ class ScriptBatcher:
         if head is None:
             if len(self._prefixes) >= _PREFIX_CACHE_MAX:
                 self._prefixes.clear()  # e.g. per-user rate-limit keys: keep it bounded
-            parts = ("EVALSHA", item.script.sha, len(item.keys), *item.keys)
-            head = self._prefixes[key] = (len(parts), b"".join(_bulk(p) for p in parts))
+            parts: tuple[Arg, ...] = ("EVALSHA", item.script.sha, len(item.keys), *item.keys)
+            head = self._prefixes[key] = (len(parts), b"".join(bulk(p) for p in parts))
         count, prefix = head
-        return (
-            b"*%d\r\n" % (count + len(item.args)) + prefix + b"".join(_bulk(a) for a in item.args)
-        )
+        return b"*%d\r\n" % (count + len(item.args)) + prefix + b"".join(bulk(a) for a in item.args)
 
     # ---- queueing
     def _enqueue(self, item: _Call) -> None:
@@ -232,7 +197,7 @@ class ScriptBatcher:
             return
         queue = self._queues.get(node.name)
         if queue is None:
-            queue = self._queues[node.name] = _NodeQueue(node.host, node.port)
+            queue = self._queues[node.name] = _NodeQueue(node.host, int(node.port))
         queue.calls.append(item)
         if not queue.scheduled:
             queue.scheduled = True
@@ -242,6 +207,11 @@ class ScriptBatcher:
         queue.scheduled = False
         while queue.calls and queue.inflight < self.max_inflight:
             batch = [queue.calls.popleft() for _ in range(min(self.max_batch, len(queue.calls)))]
+            # A call whose caller gave up (future cancelled) is not sent: its answer is gone,
+            # so running the script now could only do something nobody is told about.
+            batch = [c for c in batch if not c.future.done()]
+            if not batch:
+                continue
             queue.inflight += 1
             task = asyncio.get_running_loop().create_task(self._send(queue, batch))
             self._tasks.add(task)
@@ -252,14 +222,14 @@ class ScriptBatcher:
         self._sizes.observe(len(batch))
         payload = b"".join([self._encode(c) for c in batch]) + self._wait
         expected = len(batch) + (1 if self.wait_replicas else 0)
-        conn: _NodeConnection | None = None
+        conn: NodeConnection | None = None
         replies: list[Any] = []
         try:
             async with asyncio.timeout(self.command_timeout + self.wait_timeout_ms / 1000):
                 conn = (
                     queue.idle.pop()
                     if queue.idle
-                    else await _NodeConnection.open(queue.host, queue.port)
+                    else await NodeConnection.open(queue.host, queue.port)
                 )
                 replies = await conn.roundtrip(payload, expected)
                 missing = {
@@ -323,7 +293,7 @@ class ScriptBatcher:
     async def _ask(self, item: _Call, err: AskError) -> None:
         """Slot migrating: run this one call on the importing node, after ASKING."""
         try:
-            conn = await _NodeConnection.open(err.host, err.port)
+            conn = await NodeConnection.open(err.host, err.port)
             try:
                 payload = pack("ASKING") + self._encode(item)
                 _, reply = await conn.roundtrip(payload, 2)
@@ -341,6 +311,8 @@ class ScriptBatcher:
 
     # ---- retries
     def _retry_later(self, item: _Call, exc: BaseException | None) -> None:
+        if item.future.done():
+            return  # the caller gave up (cancelled): not retried
         item.attempts += 1
         delay = 0.0 if exc is None else min(0.02 * 2**item.attempts, 0.5)
         if time.monotonic() + delay > item.deadline or item.attempts > 100:

@@ -2,6 +2,11 @@
 
 Every service builds one settings object from these pieces. A missing or malformed variable
 fails start-up with a message that names the variable, rather than failing on first use.
+
+Connection settings (Redis nodes, Kafka bootstrap, MySQL URL — the password included) have no
+defaults in production: a Deployment that forgot one must not quietly dial 127.0.0.1 and fail at
+first use. Only with FLASHCOUPON_ENV=local (set by the Makefile, the demo and the tests) do
+they default to the local stack of scripts/stack.sh.
 """
 
 from __future__ import annotations
@@ -54,10 +59,30 @@ def env_choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], defa
     return value
 
 
-# Defaults match scripts/stack.sh, so a developer's shell needs no variables for the local stack.
+ENVIRONMENT = "FLASHCOUPON_ENV"
+LOCAL = "local"
+
+# Defaults match scripts/stack.sh, used only when FLASHCOUPON_ENV=local.
 LOCAL_REDIS_NODES = ",".join(f"127.0.0.1:{p}" for p in range(17000, 17006))
 LOCAL_KAFKA_BOOTSTRAP = "127.0.0.1:19092"
 LOCAL_MYSQL_URL = "mysql+asyncmy://flashcoupon:flashcoupon@127.0.0.1:13306/flashcoupon"
+
+
+def is_local(env: Mapping[str, str]) -> bool:
+    """FLASHCOUPON_ENV=local: connection settings may default to the local stack."""
+    return env_choice(env, ENVIRONMENT, ("local", "production"), "production") == LOCAL
+
+
+def env_connection(env: Mapping[str, str], name: str, local_default: str) -> str:
+    """A connection setting: required, unless FLASHCOUPON_ENV=local supplies the local stack's."""
+    value = env.get(name)
+    if value:
+        return value
+    if is_local(env):
+        return local_default
+    raise SettingsError(
+        f"{name} is required but not set (or set {ENVIRONMENT}=local for the local stack)"
+    )
 
 
 @dataclass(frozen=True)
@@ -69,7 +94,7 @@ class RedisSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RedisSettings:
         env = os.environ if env is None else env
-        raw = env_str(env, "FLASHCOUPON_REDIS_NODES", LOCAL_REDIS_NODES)
+        raw = env_connection(env, "FLASHCOUPON_REDIS_NODES", LOCAL_REDIS_NODES)
         nodes = []
         for part in raw.split(","):
             host, sep, port = part.strip().rpartition(":")
@@ -86,7 +111,9 @@ class KafkaSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> KafkaSettings:
         env = os.environ if env is None else env
-        return cls(bootstrap=env_str(env, "FLASHCOUPON_KAFKA_BOOTSTRAP", LOCAL_KAFKA_BOOTSTRAP))
+        return cls(
+            bootstrap=env_connection(env, "FLASHCOUPON_KAFKA_BOOTSTRAP", LOCAL_KAFKA_BOOTSTRAP)
+        )
 
 
 @dataclass(frozen=True)
@@ -98,7 +125,7 @@ class MysqlSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> MysqlSettings:
         env = os.environ if env is None else env
-        url = env_str(env, "FLASHCOUPON_MYSQL_URL", LOCAL_MYSQL_URL)
+        url = env_connection(env, "FLASHCOUPON_MYSQL_URL", LOCAL_MYSQL_URL)
         if not url.startswith("mysql+asyncmy://"):
             raise SettingsError("FLASHCOUPON_MYSQL_URL must start with mysql+asyncmy://")
         return cls(url=url)

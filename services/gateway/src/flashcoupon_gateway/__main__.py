@@ -1,4 +1,8 @@
-"""flashcoupon-gateway: run the gateway with uvicorn (uvloop + httptools)."""
+"""flashcoupon-gateway: run the gateway with uvicorn (uvloop + httptools).
+
+The HTTP protocol is uvicorn's httptools one with read deadlines and problem+json for requests
+the parser refuses (flashcoupon_common.httpserver), set by HEADER_/BODY_TIMEOUT_SECONDS.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,12 @@ import logging
 import os
 
 import uvicorn
+from flashcoupon_common.httpserver import ServerTimeouts, guarded_protocol
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import SettingsError
 
 from flashcoupon_gateway.app import create_app
-from flashcoupon_gateway.settings import GatewaySettings
+from flashcoupon_gateway.settings import PREFIX, GatewaySettings
 
 
 def _logging() -> None:
@@ -34,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     _logging()
     try:
         settings = GatewaySettings.from_env()
+        timeouts = ServerTimeouts.from_env(PREFIX)
     except SettingsError as exc:
         raise SystemExit(f"flashcoupon-gateway: {exc}") from None
     host = args.host or settings.host
@@ -42,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
         "host": host,
         "port": port,
         "loop": "uvloop",
-        "http": "httptools",
+        "http": guarded_protocol("gateway", timeouts),
         "access_log": False,
         "log_config": None,
         "timeout_keep_alive": 30,

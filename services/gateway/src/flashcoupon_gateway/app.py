@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -9,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+from flashcoupon_common import channels, keys
 from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -29,6 +31,7 @@ from flashcoupon_gateway.routes import ROUTES
 from flashcoupon_gateway.scripts import ScriptRunner
 from flashcoupon_gateway.service import STORE_ERRORS, Gateway, store_unavailable
 from flashcoupon_gateway.settings import GatewaySettings
+from flashcoupon_gateway.sold_out import SoldOutBoard
 from flashcoupon_gateway.upstream import Forwarder
 from flashcoupon_gateway.waiting_room import WaitingRoom
 
@@ -65,15 +68,20 @@ def create_app(
             if settings.auth.jwks_url
             else None
         )
+        board = SoldOutBoard()
         room = WaitingRoom(
-            runner, settings.ticket_secret, ticket_ttl_seconds=settings.ticket_ttl_seconds
+            runner,
+            settings.ticket_secret,
+            ticket_ttl_seconds=settings.ticket_ttl_seconds,
+            sold_out=board,
         )
+        specs = SpecCache(client, settings.spec_cache_seconds, board)
         gateway = Gateway(
             settings=settings,
             auth=Authenticator(settings.auth, jwks=jwks),
             limiter=RateLimiter(runner, event_shards=settings.limits.event_shards),
             room=room,
-            specs=SpecCache(client, settings.spec_cache_seconds),
+            specs=specs,
             upstream=Forwarder(
                 settings.issuer_urls,
                 settings.wallet_url,
@@ -82,17 +90,32 @@ def create_app(
                 failure_threshold=settings.breaker_failures,
                 open_seconds=settings.breaker_open_seconds,
             ),
-            sold_out_seconds=settings.sold_out_cache_seconds,
+            sold_out=board,
         )
         state["redis"] = client
         IN_FLIGHT.set_function(lambda: gateway.in_flight)  # read at scrape time, not per request
         room.start()
+
+        def on_news(channel: str, event_id: str) -> None:
+            if channel == keys.SUPPLY_CHANNEL:
+                specs.forget(event_id)
+            board.heard(channel, event_id)
+
+        stop = asyncio.Event()
+        news = asyncio.create_task(
+            channels.listen(client, (keys.SOLD_OUT_CHANNEL, keys.SUPPLY_CHANNEL), on_news, stop)
+        )
         # What was built so far lives as long as the process: out of the collector's full
         # passes (as in the issuer), which otherwise walk it again and again under load.
         gc.freeze()
         try:
             yield {"gateway": gateway}
         finally:
+            stop.set()
+            try:
+                await asyncio.wait_for(news, 3.0)
+            except TimeoutError:
+                logger.warning("channel listener did not stop in time; abandoned")
             await room.stop()
             await gateway.upstream.aclose()
             await runner.aclose()

@@ -71,7 +71,7 @@ def bearer_token(authorization: str | None) -> str:
 
 def valid_user_id(sub: Any) -> str:
     """The `sub` claim as a user id: a short printable string (it ends up in headers and keys)."""
-    if not isinstance(sub, str) or not _USER_ID.match(sub) or not sub.isprintable():
+    if not isinstance(sub, str) or not _USER_ID.fullmatch(sub) or not sub.isprintable():
         raise unauthorized("token subject is not a valid user id")
     return sub
 

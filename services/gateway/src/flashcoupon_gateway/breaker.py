@@ -5,6 +5,12 @@ half-open --probe succeeds--> closed;  half-open --probe fails--> open again.
 
 While open the gateway answers 503 + Retry-After at once instead of queueing requests behind a
 failing issuer; the single half-open probe finds out cheaply whether it is back.
+
+What counts as a failure is decided by `verdict`: an upstream that does not answer (timeout,
+refused, reset) or answers 500/502/504 is failing; a 503 is a deliberate answer from a working
+upstream ("my store is failing over, retry": the issuer sends it before the gateway's deadline)
+and leaves the breaker as it was — otherwise a Redis failover would open every issuer's
+breaker and keep shoppers out for `open_seconds` after Redis is back.
 """
 
 from __future__ import annotations
@@ -18,6 +24,19 @@ class State(IntEnum):
     CLOSED = 0
     HALF_OPEN = 1
     OPEN = 2
+
+
+class Verdict(IntEnum):
+    SUCCESS = 0
+    FAILURE = 1
+    NEUTRAL = 2  # counts neither way (a half-open probe is released)
+
+
+def verdict(status: int) -> Verdict:
+    """How an upstream's HTTP answer counts for its breaker (no answer at all is a FAILURE)."""
+    if status == 503:
+        return Verdict.NEUTRAL
+    return Verdict.FAILURE if status >= 500 else Verdict.SUCCESS
 
 
 @dataclass

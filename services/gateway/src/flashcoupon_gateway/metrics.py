@@ -34,3 +34,17 @@ UPSTREAM_DURATION = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 IN_FLIGHT = Gauge("flashcoupon_gateway_in_flight", "Requests being handled by this process")
+
+# Label values known in advance start at 0, so rate() and increase() see the first increment
+# too (a labelled series is otherwise born with its first value, which they miss).
+for _scope in ("ip", "user", "event"):
+    for _where in ("local", "redis"):
+        RATE_LIMITED.labels(_scope, _where)
+for _reason in (
+    "breaker_open",
+    "in_flight",
+    "upstream_timeout",
+    "upstream_error",
+    "redis_unavailable",
+):
+    SHED.labels(_reason)

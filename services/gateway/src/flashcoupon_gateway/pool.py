@@ -10,11 +10,19 @@ reused LIFO and dropped before the server's keep-alive timeout, one deadline per
 A request that fails on a reused connection before any answer byte arrived is retried once on
 a fresh connection only if it is safe to repeat (GET, or a POST carrying an Idempotency-Key);
 otherwise the error surfaces (the caller answers 503), because the upstream may have acted.
+
+Nothing unchecked is written: the method must be a token, the path visible ASCII, header names
+tokens, and header values free of control characters (`UnsafeRequestError` otherwise, before
+any byte is sent). A CR or LF from a client's input could otherwise end the request line or a
+header early and smuggle a second request or header to the upstream. Header values are sent
+as UTF-8, so a user id crosses to the issuer byte-exact whatever its script (the issuer and
+the wallet decode X-Flashcoupon-User as UTF-8: flashcoupon_common.http.user_from_header).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -24,6 +32,38 @@ from urllib.parse import urlsplit
 
 class UpstreamError(Exception):
     """Connection refused/reset, or an answer that is not HTTP/1.1 we understand."""
+
+
+class UnsafeRequestError(ValueError):
+    """A request that cannot be written as given (control bytes, not a token, ...)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"{where} contains characters that cannot be forwarded")
+        self.where = where
+
+
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
+_PATH = re.compile(r"/[\x21-\x7e]*")  # visible ASCII: no blank, control or non-ASCII byte
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # CR, LF, NUL, tab ... and DEL
+
+
+def request_head(method: str, path: str, host: str, headers: Mapping[str, str]) -> bytes:
+    """The request line and headers (no Content-Length), or UnsafeRequestError."""
+    if not _TOKEN.fullmatch(method):
+        raise UnsafeRequestError("the method")
+    if not _PATH.fullmatch(path):
+        raise UnsafeRequestError("the path")
+    lines = [f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n".encode("ascii")]
+    for name, value in headers.items():
+        if not _TOKEN.fullmatch(name):
+            raise UnsafeRequestError("a header name")
+        if _CONTROL.search(value):
+            raise UnsafeRequestError(f"header {name}")
+        try:
+            lines.append(f"{name}: {value}\r\n".encode())
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for it
+            raise UnsafeRequestError(f"header {name}") from None
+    return b"".join(lines)
 
 
 @dataclass(slots=True)
@@ -52,7 +92,7 @@ class HTTPPool:
             raise ValueError(f"upstream must be http://host[:port], got {base_url!r}")
         self.host = parts.hostname
         self.port = parts.port or 80
-        self._host_header = f"Host: {parts.netloc}\r\n".encode("latin-1")
+        self._host = parts.netloc
         self._idle: deque[_Conn] = deque()
         self._slots = asyncio.Semaphore(max_connections)
         self._expiry = keepalive_expiry
@@ -66,11 +106,12 @@ class HTTPPool:
         *,
         deadline_seconds: float,
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """(status, headers as lowercase-name pairs, body). Raises UpstreamError/TimeoutError."""
-        head = [f"{method} {path} HTTP/1.1\r\n".encode("latin-1"), self._host_header]
-        head += [f"{k}: {v}\r\n".encode("latin-1") for k, v in headers.items()]
-        head.append(f"Content-Length: {len(body or b'')}\r\n\r\n".encode("latin-1"))
-        raw = b"".join(head) + (body or b"")
+        """(status, headers as lowercase-name pairs, body).
+
+        Raises UnsafeRequestError (nothing was sent), UpstreamError or TimeoutError.
+        """
+        head = request_head(method, path, self._host, headers)
+        raw = head + b"Content-Length: %d\r\n\r\n" % len(body or b"") + (body or b"")
         retry_safe = method == "GET" or any(k.lower() == "idempotency-key" for k in headers)
         async with asyncio.timeout(deadline_seconds), self._slots:
             conn, reused = await self._acquire()
@@ -145,7 +186,7 @@ class HTTPPool:
 
     @staticmethod
     async def _chunked(reader: asyncio.StreamReader) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         while True:
             size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
             if size == 0:

@@ -155,12 +155,13 @@ class RateLimiter:
             # Redis decided somewhere between `now` and the reply; blocking from `now` never
             # blocks past the true retry time, however late this process read the reply.
             waited = time.monotonic() - now
-            for o in results:
-                assert o is not None
-                if not o.allowed:
-                    self.deny.block(o.check.key, o.retry_after_us / gcra.MICROS - waited)
-                    RATE_LIMITED.labels(o.check.scope, "redis").inc()
-                    raise rate_limited(o)
+            for outcome in results:
+                assert outcome is not None
+                if not outcome.allowed:
+                    key, retry_us = outcome.check.key, outcome.retry_after_us
+                    self.deny.block(key, retry_us / gcra.MICROS - waited)
+                    RATE_LIMITED.labels(outcome.check.scope, "redis").inc()
+                    raise rate_limited(outcome)
             outcomes.extend(o for o in results if o is not None)
         return outcomes
 

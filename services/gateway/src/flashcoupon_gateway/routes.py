@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 
 import orjson
-from flashcoupon_common.http import JSONResponse, ProblemError, json_body
+from flashcoupon_common import validation
+from flashcoupon_common.http import JSONResponse, ProblemError, json_body, problem
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -15,8 +15,10 @@ from starlette.routing import Route
 from flashcoupon_gateway.ratelimit import rate_headers
 from flashcoupon_gateway.service import (
     Gateway,
+    Queued,
     checked_code,
     checked_event_id,
+    sold_out,
     upstream_headers,
 )
 from flashcoupon_gateway.upstream import Answer
@@ -27,6 +29,7 @@ _STATE_NAMES = {
     TicketState.READY: "admitted",
     TicketState.ADMITTED: "admitted",
     TicketState.GONE: "gone",
+    TicketState.SOLD_OUT: "sold_out",
 }
 
 
@@ -53,22 +56,18 @@ async def issue(request: Request) -> Response:
     event_id = checked_event_id(request.path_params["eventId"])
     await optional_json_body(request, g.settings.max_body_bytes)
     headers = upstream_headers(request, principal.user_id)
-    sold_out = g.known_sold_out(event_id, headers)
-    if sold_out is not None:
-        return relay(sold_out)
-    info = await g.specs.get(event_id)
-    outcomes, queued = await g.admit_issue(request, event_id, principal.user_id, info)
-    limits = rate_headers(outcomes)
-    if queued is not None:
-        body = g.queued_body(event_id, principal.user_id, queued, info)
-        return JSONResponse(body, 202, headers={**limits, "Location": body["statusUrl"]})
-    return relay(await g.issue(event_id, headers), limits)
+    result = await g.press(event_id, principal.user_id, g.client_ip(request), headers)
+    limits = rate_headers(result.limits)
+    if isinstance(result, Queued):
+        location = result.body["statusUrl"]
+        return JSONResponse(result.body, 202, headers={**limits, "Location": location})
+    return relay(result.answer, limits)
 
 
 async def event_state(request: Request) -> Response:
     g = gw(request)
     event_id = checked_event_id(request.path_params["eventId"])
-    outcomes = await g.limiter.check_all([[g.ip_check(request)]])
+    outcomes = await g.limiter.check_all([[g.ip_check(g.client_ip(request))]])
     # Public state may be approximate: one upstream read per event every half second at most.
     hit = g.event_cache.get(event_id)
     if hit is not None and time.monotonic() - hit[0] < 0.5:
@@ -86,12 +85,13 @@ async def event_state(request: Request) -> Response:
 async def my_coupons(request: Request) -> Response:
     g = gw(request)
     principal = await g.principal(request)
-    checks = g.client_checks(request, g.api_user_check(principal.user_id))
+    limit = validation.limit(request.query_params.get("limit"))
+    checks = g.client_checks(g.client_ip(request), g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = upstream_headers(request, principal.user_id)
     async with g.slot():
         up = g.upstream.acquire_wallet()
-        answer = await g.upstream.call(up, "GET", "/v1/me/coupons", headers)
+        answer = await g.upstream.call(up, "GET", f"/v1/me/coupons?limit={limit}", headers)
     return relay(answer, rate_headers(outcomes))
 
 
@@ -100,12 +100,10 @@ async def redeem(request: Request) -> Response:
     principal = await g.principal(request)
     code = checked_code(request.path_params["code"])
     body = await json_body(request, max_bytes=g.settings.max_body_bytes)
-    if not isinstance(body.get("orderId"), str) or not body["orderId"]:
-        raise ProblemError(400, "BAD_REQUEST", "orderId must be a non-empty string")
-    amount = body.get("orderAmount")
-    if isinstance(amount, bool) or not isinstance(amount, int | float) or amount < 0:
-        raise ProblemError(400, "BAD_REQUEST", "orderAmount must be a non-negative number")
-    checks = g.client_checks(request, g.api_user_check(principal.user_id))
+    # The wallet checks the same rules; checking here too keeps bad input off the upstream.
+    validation.order_id(body)
+    validation.order_amount(body)
+    checks = g.client_checks(g.client_ip(request), g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = {**upstream_headers(request, principal.user_id), "Content-Type": "application/json"}
     async with g.slot():
@@ -126,7 +124,7 @@ async def queue_status(request: Request) -> Response:
     info = await g.specs.get(event_id)
     if info.spec is None or not info.spec.admission.waiting_room_enabled:
         raise ProblemError(404, "NO_WAITING_ROOM", "this event has no waiting room")
-    await g.limiter.check_all([[g.ip_check(request)]])
+    await g.limiter.check_all([[g.ip_check(g.client_ip(request))]])
     rate = float(info.spec.admission.waiting_room_admit_per_second)
     if "text/event-stream" in request.headers.get("accept", ""):
         stream = sse(g, request, event_id, user, n, rate, info.start_ms)
@@ -146,6 +144,11 @@ async def queue_status(request: Request) -> Response:
     )
 
 
+def problem_body(exc: ProblemError) -> object:
+    """The problem document the shopper would get for `exc` as an HTTP answer."""
+    return orjson.loads(problem(exc.status, exc.code, exc.detail, **exc.extra).body)
+
+
 def _sse(event: str, data: object) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
@@ -160,17 +163,21 @@ async def sse(
     interval = g.settings.sse_interval_seconds
     yield b"retry: 2000\n\n"
     while True:
+        await g.specs.get(event_id)  # cached; its refresh also confirms or clears a sell-out
         # Queued tickets read the process's shared cursor; Redis is asked near the front only.
         answer = g.room.cached_position(event_id, n, rate, start_ms) or await g.room.consume(
             event_id, user, n, rate, start_ms
         )
+        if answer.state is TicketState.SOLD_OUT:
+            yield _sse("result", {"status": 410, "body": problem_body(sold_out(event_id))})
+            return
         if answer.state is TicketState.ADMITTED:
             yield _sse("admitted", {"position": 0, "etaSeconds": 0, "state": "admitted"})
             try:
                 result = await g.issue(event_id, headers)
                 status, body = result.status, orjson.loads(result.body or b"null")
             except ProblemError as exc:
-                status, body = exc.status, {"code": exc.code, "detail": exc.detail}
+                status, body = exc.status, problem_body(exc)
             except orjson.JSONDecodeError:
                 status, body = 502, {"code": "BAD_UPSTREAM", "detail": "unreadable issuer answer"}
             yield _sse("result", {"status": status, "body": body})
@@ -187,7 +194,7 @@ async def sse(
         # Poll faster near the front so admission is noticed promptly.
         wait = min(interval, max(0.05, answer.position / rate / 2))
         idle += wait
-        await asyncio.sleep(wait)
+        await g.room.wait(event_id, wait)  # a sell-out wakes the stream at once
 
 
 ISSUE_PATH = "/v1/events/{eventId}/issue"

@@ -27,6 +27,7 @@ def _load(name: str) -> LuaScript:
 
 RATELIMIT = _load("ratelimit")
 WAITING_ROOM = _load("waiting_room")
+HOLDS = _load("holds")
 
 Arg = str | int | float | bytes
 

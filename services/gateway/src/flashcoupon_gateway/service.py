@@ -7,11 +7,12 @@ sequences them for one request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import re
-import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from flashcoupon_common import validation
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.http import ProblemError, problem
 from redis.exceptions import RedisClusterException, RedisError
@@ -24,6 +25,7 @@ from flashcoupon_gateway.auth import Authenticator, Principal
 from flashcoupon_gateway.metrics import QUEUED, SHED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
+from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled
 from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
 from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoom
 
@@ -36,10 +38,6 @@ STORE_ERRORS: tuple[type[Exception], ...] = (
     ConnectionError,
 )
 logger = logging.getLogger(__name__)
-_EVENT_ID = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_CODE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# The issuer keeps request ids inside a hash value separated by ',' and ';': same alphabet here.
-_IDEMPOTENCY = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 _FORWARDED = ("traceparent", "tracestate", "x-request-id")
 
 
@@ -56,16 +54,15 @@ def store_unavailable(path: str, exc: Exception) -> Response:
     )
 
 
-def checked_event_id(event_id: str) -> str:
-    if not _EVENT_ID.match(event_id):
-        raise ProblemError(404, "EVENT_NOT_FOUND", "no such event (ids are DNS-1123 labels)")
-    return event_id
+def sold_out(event_id: str) -> ProblemError:
+    # The issuer's words for it (flashcoupon_issuer.http), so both answers read the same.
+    return ProblemError(410, "SOLD_OUT", f"event {event_id} is sold out")
 
 
-def checked_code(code: str) -> str:
-    if not _CODE.match(code):
-        raise ProblemError(404, "COUPON_NOT_FOUND", "no such coupon code")
-    return code
+# Path parameters are checked before anything is forwarded: a malformed id is a 400, never
+# bytes written into an upstream request line.
+checked_event_id = validation.event_id
+checked_code = validation.coupon_code
 
 
 def client_ip(request: Request, trusted_proxies: int) -> str:
@@ -84,12 +81,8 @@ def upstream_headers(request: Request, user: str) -> dict[str, str]:
         value = request.headers.get(name)
         if value is not None and len(value) <= 512:
             headers[name] = value
-    key = request.headers.get("idempotency-key")
+    key = validation.idempotency_key(request.headers.get("idempotency-key"))
     if key is not None:
-        if not _IDEMPOTENCY.match(key):
-            raise ProblemError(
-                400, "BAD_IDEMPOTENCY_KEY", "Idempotency-Key: 1-64 of A-Z a-z 0-9 _ . : -"
-            )
         headers["Idempotency-Key"] = key
     return headers
 
@@ -111,6 +104,22 @@ class _Slot:
         self.g.in_flight -= 1
 
 
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """A press the issuer answered; `limits` are the rate-limit outcomes for the headers."""
+
+    answer: Answer
+    limits: list[Outcome]
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A press given a waiting-room ticket (the 202 body)."""
+
+    body: dict[str, Any]
+    limits: list[Outcome]
+
+
 @dataclass
 class Gateway:
     settings: GatewaySettings
@@ -119,13 +128,12 @@ class Gateway:
     room: WaitingRoom
     specs: SpecCache
     upstream: Forwarder
+    # The process's sell-out knowledge (also read by `room`): heard on the event channels and
+    # confirmed by every spec read; never learned from the issuer's answers.
+    sold_out: SoldOutBoard
     in_flight: int = field(default=0)
-    # event -> (until, the issuer's SOLD_OUT answer): after a sell-out, further presses are
-    # answered here for a second, without Redis or the issuer (quantity may be raised, so it
-    # is not remembered for long). Keyed requests bypass it: a retry of a request that did
-    # get a coupon must reach the issuer to get that coupon back.
-    sold_out: dict[str, tuple[float, Answer]] = field(default_factory=dict)
-    sold_out_seconds: float = 1.0
+    # Shoppers answered 503 on an issue: their retry goes to the issuer even after a sell-out.
+    unsettled: Unsettled = field(default_factory=Unsettled)
     # event -> (fetched at, answer) of GET /v1/events/{id}: public state may be approximate.
     event_cache: dict[str, tuple[float, Answer]] = field(default_factory=dict)
 
@@ -136,31 +144,53 @@ class Gateway:
     async def principal(self, request: Request) -> Principal:
         return await self.auth.authenticate(request.headers.get("authorization"))
 
-    def ip_check(self, request: Request) -> Check:
+    def client_ip(self, request: Request) -> str:
+        """The shopper's address: the peer, or X-Forwarded-For behind trusted proxies."""
+        return client_ip(request, self.settings.limits.trusted_proxies)
+
+    def ip_check(self, ip: str) -> Check:
         lim = self.settings.limits
-        ip = client_ip(request, lim.trusted_proxies)
         return Check("ip", ip_key(ip), gcra.Limit(lim.ip_per_second, lim.ip_burst))
 
-    def client_checks(self, request: Request, user_check: Check) -> list[Check]:
-        return [self.ip_check(request), user_check]
+    def client_checks(self, ip: str, user_check: Check) -> list[Check]:
+        return [self.ip_check(ip), user_check]
+
+    async def press(
+        self, event_id: str, user: str, ip: str, headers: dict[str, str]
+    ) -> Forwarded | Queued:
+        """The whole issue flow for an authenticated press: sold-out at the edge, rate limits,
+        admission or a waiting-room ticket, then the issuer's answer."""
+        info = await self.specs.get(event_id)
+        self.check_sold_out(event_id, headers)
+        outcomes, queued = await self.admit_issue(ip, event_id, user, info)
+        if queued is not None:
+            return Queued(self.queued_body(event_id, user, queued, info), outcomes)
+        return Forwarded(await self.issue(event_id, headers), outcomes)
 
     def api_user_check(self, user: str) -> Check:
         lim = self.settings.limits
         return Check("user", user_key(user, "api"), gcra.Limit(lim.user_per_second, lim.user_burst))
 
     async def admit_issue(
-        self, request: Request, event_id: str, user: str, info: EventInfo
+        self, ip: str, event_id: str, user: str, info: EventInfo
     ) -> tuple[list[Outcome], RoomAnswer | None]:
         """Rate limits and admission for an issue request; a RoomAnswer when it was queued."""
         adm = info.spec.admission if info.spec is not None else AdmissionSpec()
         per_user = gcra.Limit(adm.per_user_per_second, adm.per_user_burst)
-        client = self.client_checks(
-            request, Check("user", user_key(user, "ev:" + event_id), per_user)
-        )
+        client = self.client_checks(ip, Check("user", user_key(user, "ev:" + event_id), per_user))
         if info.spec is not None and adm.waiting_room_enabled:
-            outcomes = await self.limiter.check_all([client])
+            # A holder's retry (after a 201, or a 503 whose coupon was issued) skips the room:
+            # the issuer answers it with the coupon (a keyed replay or DUPLICATE), at once and
+            # without spending an admission. Read beside the limits: no extra wait.
+            outcomes, holder = await asyncio.gather(
+                self.limiter.check_all([client]), self.room.holds(event_id, user)
+            )
+            if holder:
+                return outcomes, None
             rate = float(adm.waiting_room_admit_per_second)
             answer = await self.room.enter(event_id, user, rate, info.start_ms)
+            if answer.state is TicketState.SOLD_OUT:
+                raise sold_out(event_id)
             if answer.state is TicketState.QUEUED:
                 QUEUED.labels(event_id).inc()
                 return outcomes, answer
@@ -170,28 +200,39 @@ class Gateway:
             stages.append([self.limiter.event_check(event_id, adm.max_per_second)])
         return await self.limiter.check_all(stages), None
 
-    def known_sold_out(self, event_id: str, headers: dict[str, str]) -> Answer | None:
-        hit = self.sold_out.get(event_id)
-        if hit is None or "Idempotency-Key" in headers:
-            return None
-        if hit[0] < time.monotonic():
-            del self.sold_out[event_id]
-            return None
-        return hit[1]
+    def check_sold_out(self, event_id: str, headers: dict[str, str]) -> None:
+        """410 SOLD_OUT for a press of a sold-out event: no rate-limit call, no issuer call.
+
+        Keyed requests pass: a retry of a press that did get a coupon must reach the issuer to
+        get that coupon back (a keyed press that holds nothing still gets no queue ticket); so
+        do shoppers this process answered 503, who may hold a coupon without knowing it.
+        """
+        if (
+            self.sold_out.is_sold_out(event_id)
+            and "Idempotency-Key" not in headers
+            and (event_id, headers[USER_HEADER]) not in self.unsettled
+        ):
+            raise sold_out(event_id)
 
     async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
-        async with self.slot():
-            up = self.upstream.pick_issuer(affinity=headers[USER_HEADER])
-            answer = await self.upstream.call(
-                up, "POST", f"/internal/v1/events/{event_id}/issue", headers
-            )
-        if answer.status == 410 and b'"SOLD_OUT"' in answer.body:
-            if len(self.sold_out) > 10_000:
-                self.sold_out.clear()
-            self.sold_out[event_id] = (time.monotonic() + self.sold_out_seconds, answer)
+        user = headers[USER_HEADER]
+        try:
+            async with self.slot():
+                up = self.upstream.pick_issuer(affinity=user)
+                answer = await self.upstream.call(
+                    up, "POST", f"/internal/v1/events/{event_id}/issue", headers
+                )
+        except ProblemError as exc:
+            if exc.status == 503:
+                self.unsettled.add(event_id, user)
+            raise
+        if answer.status == 503:
+            self.unsettled.add(event_id, user)
         return answer
 
-    def queued_body(self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo) -> dict:
+    def queued_body(
+        self, event_id: str, user: str, answer: RoomAnswer, info: EventInfo
+    ) -> dict[str, Any]:
         assert info.spec is not None
         ticket = self.room.ticket(event_id, user, answer.n)
         rate = float(info.spec.admission.waiting_room_admit_per_second)

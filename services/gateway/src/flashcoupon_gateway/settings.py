@@ -82,7 +82,6 @@ class GatewaySettings:
     breaker_failures: int = 5
     breaker_open_seconds: float = 5.0
     spec_cache_seconds: float = 1.0
-    sold_out_cache_seconds: float = 1.0
     ticket_ttl_seconds: int = 1800
     sse_interval_seconds: float = 0.5
 
@@ -99,7 +98,7 @@ class GatewaySettings:
         if raw_ticket is None and secret is None:
             raise SettingsError(f"{p}TICKET_SECRET is required when {p}JWKS_URL is used")
         # Queue tickets are HMAC-signed; by default with a key derived from the JWT secret.
-        ticket = _check_secret(p + "TICKET_SECRET", raw_ticket) if raw_ticket else "t:" + secret
+        ticket = _check_secret(p + "TICKET_SECRET", raw_ticket) if raw_ticket else f"t:{secret}"
         limits = LimitSettings(
             ip_per_second=env_float(env, p + "IP_PER_SECOND", 100.0),
             ip_burst=env_int(env, p + "IP_BURST", 200),
@@ -135,7 +134,6 @@ class GatewaySettings:
             breaker_failures=env_int(env, p + "BREAKER_FAILURES", 5),
             breaker_open_seconds=env_float(env, p + "BREAKER_OPEN_SECONDS", 5.0),
             spec_cache_seconds=env_float(env, p + "SPEC_CACHE_SECONDS", 1.0),
-            sold_out_cache_seconds=env_float(env, p + "SOLD_OUT_CACHE_SECONDS", 1.0),
             ticket_ttl_seconds=env_int(env, p + "TICKET_TTL_SECONDS", 1800),
             sse_interval_seconds=env_float(env, p + "SSE_INTERVAL_SECONDS", 0.5),
         )

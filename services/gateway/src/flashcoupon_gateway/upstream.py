@@ -1,9 +1,18 @@
 """Forwarding to the issuer (by user, over replicas) and the wallet, with load shedding.
 
 Every call goes over a pooled keep-alive connection (pool.HTTPPool), has a timeout, and passes
-its upstream's circuit breaker. 5xx answers, timeouts and connection errors count as failures;
-4xx answers (SOLD_OUT, DUPLICATE, ...) are the upstream working correctly. With every issuer's
-breaker open, the answer is 503 + Retry-After at once.
+its upstream's circuit breaker. Timeouts, connection errors and 500/502/504 count as failures;
+4xx answers (SOLD_OUT, DUPLICATE, ...) are the upstream working correctly, and a 503 (the
+issuer's store failing over) counts neither way (breaker.verdict). With every issuer's breaker
+open, the answer is 503 + Retry-After at once.
+
+Each call carries X-Flashcoupon-Deadline-Ms, the time this gateway will wait for the answer, so
+the issuer can answer (503, "retry") before the gateway gives up on it.
+
+Every error the shopper sees is problem+json: an upstream error answer that is not JSON (a
+server's plain-text 400 or 500, written before our application ran) is replaced by a 502
+BAD_UPSTREAM problem rather than relayed, and a request the pool refuses to write (control
+characters in the path or a header) is a 400 INVALID_CHARACTERS without any upstream call.
 """
 
 from __future__ import annotations
@@ -17,14 +26,22 @@ from dataclasses import dataclass
 
 from flashcoupon_common.http import ProblemError
 
-from flashcoupon_gateway.breaker import Breaker, State, retry_after_header
+from flashcoupon_gateway.breaker import Breaker, State, Verdict, retry_after_header, verdict
 from flashcoupon_gateway.metrics import BREAKER_STATE, SHED, UPSTREAM_DURATION
-from flashcoupon_gateway.pool import HTTPPool, UpstreamError
+from flashcoupon_gateway.pool import HTTPPool, UnsafeRequestError, UpstreamError
 
 logger = logging.getLogger(__name__)
 
+DEADLINE_HEADER = "X-Flashcoupon-Deadline-Ms"
 # Response headers worth passing back to the shopper.
-_PASS_HEADERS = {b"content-type", b"retry-after", b"location", b"idempotency-key"}
+_PASS_HEADERS = {
+    b"content-type",
+    b"retry-after",
+    b"location",
+    b"idempotency-key",
+    b"idempotent-replayed",  # the issuer's and the wallet's answer to a replayed request
+}
+_JSON_TYPES = (b"application/json", b"application/problem+json")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +103,7 @@ class Forwarder:
         self.issuers = [make("issuer", u) for u in issuer_urls]
         self.wallet = make("wallet", wallet_url)
         self.timeout = timeout_seconds
+        self._deadline_ms = str(int(timeout_seconds * 1000))
         self._rr = itertools.cycle(range(len(self.issuers)))  # round-robin for unkeyed reads
 
     def pick_issuer(self, affinity: str | None = None) -> Upstream:
@@ -125,6 +143,7 @@ class Forwarder:
     ) -> Answer:
         """One upstream request through `up`, whose breaker the caller acquired."""
         start = time.perf_counter()
+        headers = {**headers, DEADLINE_HEADER: self._deadline_ms}
         try:
             status, raw_headers, content = await up.pool.request(
                 method, path, headers, body, deadline_seconds=self.timeout
@@ -138,19 +157,33 @@ class Forwarder:
             self._failed(up, start, "error")
             logger.warning("%s %s failed: %s", up.kind, up.base_url, exc)
             raise unavailable(f"the {up.kind} is unreachable", 1, "upstream_error") from None
+        except UnsafeRequestError as exc:
+            up.breaker.on_abandoned()  # nothing was sent: the upstream was not tried
+            raise ProblemError(400, "INVALID_CHARACTERS", str(exc)) from None
         except BaseException:
             up.breaker.on_abandoned()  # cancelled (client went away): not the upstream's fault
             raise
         up.observe(status, time.perf_counter() - start)
-        if status >= 500:
+        judged = verdict(status)
+        if judged is Verdict.FAILURE:
             up.breaker.on_failure(time.monotonic())
             up.publish_state()
+        elif judged is Verdict.NEUTRAL:
+            up.breaker.on_abandoned()  # a half-open probe answered 503: let another probe
         else:
             was = up.breaker.state
             up.breaker.on_success()
             if was is not State.CLOSED:
                 up.publish_state()
         passed = {k.decode(): v.decode("latin-1") for k, v in raw_headers if k in _PASS_HEADERS}
+        if status >= 400 and not passed.get("content-type", "").encode().startswith(_JSON_TYPES):
+            # Not one of our application's answers: the upstream's HTTP server refused the
+            # request itself (plain text). Relaying it would break the problem+json contract.
+            logger.warning(
+                "%s %s answered %d %r to %s %s",
+                up.kind, up.base_url, status, content[:100], method, path,
+            )  # fmt: skip
+            raise ProblemError(502, "BAD_UPSTREAM", f"the {up.kind} could not process the request")
         return Answer(status, content, passed)
 
     def _failed(self, up: Upstream, start: float, outcome: str) -> None:

@@ -9,6 +9,11 @@ the queue, and positions (n - floor(a)) never go backwards.
 A ticket string is `<n>.<expiry>.<hmac>`: signed over event, user, n and expiry, so it is bound
 to the shopper who got it and cannot be forged or moved forward; Redis additionally keeps the
 user's one live ticket, which makes a re-press return the same place and an admission single-use.
+
+The room does not decide sell-outs; it reads the process's SoldOutBoard: a sold-out event gives
+no tickets and every ticket it has answers SOLD_OUT at once, without asking Redis. A shopper
+who already holds a coupon of the event does not queue either (`holds`): their retry is the
+issuer's to answer, with that coupon.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import time
 from dataclasses import dataclass
 from enum import IntEnum
 
+from flashcoupon_common import keys
 from flashcoupon_common.http import ProblemError
 
 from flashcoupon_gateway.metrics import QUEUE_LENGTH
-from flashcoupon_gateway.scripts import WAITING_ROOM, ScriptRunner
+from flashcoupon_gateway.scripts import HOLDS, WAITING_ROOM, ScriptRunner
+from flashcoupon_gateway.sold_out import SoldOutBoard
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,7 @@ class TicketState(IntEnum):
     QUEUED = 2
     READY = 3  # status: admitted, not used yet
     GONE = 4  # used or expired
+    SOLD_OUT = 5  # the event sold out: no ticket, and every ticket's answer is SOLD_OUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +61,10 @@ class RoomAnswer:
     def eta_seconds(self, rate: float, start_ms: int) -> int:
         before_start = max(0.0, (start_ms - self.server_ms) / 1000)
         return math.ceil(before_start + self.position / rate) if self.position else 0
+
+
+def _sold_out(n: int) -> RoomAnswer:
+    return RoomAnswer(TicketState.SOLD_OUT, n, 0, 0, 0, 0)
 
 
 def room_keys(event_id: str) -> list[str]:
@@ -90,9 +102,11 @@ class WaitingRoom:
         secret: str,
         *,
         ticket_ttl_seconds: int,
+        sold_out: SoldOutBoard,
         tick_seconds: float = 0.05,
     ) -> None:
         self.runner = runner
+        self.sold_out = sold_out
         self.secret = secret.encode()
         self.ticket_ttl = ticket_ttl_seconds
         self.tick = tick_seconds
@@ -131,17 +145,35 @@ class WaitingRoom:
         return answer
 
     async def enter(self, event_id: str, user: str, rate: float, start_ms: int) -> RoomAnswer:
+        if self.sold_out.is_sold_out(event_id):
+            return _sold_out(0)
         return await self._call("enter", event_id, rate, start_ms, user)
 
     async def status(
         self, event_id: str, user: str, n: int, rate: float, start_ms: int
     ) -> RoomAnswer:
+        if self.sold_out.is_sold_out(event_id):
+            return _sold_out(n)
         return await self._call("status", event_id, rate, start_ms, user, n)
 
     async def consume(
         self, event_id: str, user: str, n: int, rate: float, start_ms: int
     ) -> RoomAnswer:
+        if self.sold_out.is_sold_out(event_id):
+            return _sold_out(n)
         return await self._call("consume", event_id, rate, start_ms, user, n)
+
+    async def holds(self, event_id: str, user: str) -> bool:
+        """Whether the user already holds a coupon of the event (the issuer's users hash).
+
+        Read, not remembered: any gateway replica may have answered the 201, and the issue
+        script writes the holding before the shopper sees it, so a retry always finds it.
+        """
+        return bool(await self.runner.run(HOLDS, [keys.users_key(event_id)], [user]))
+
+    async def wait(self, event_id: str, seconds: float) -> None:
+        """An SSE stream's pause between looks: cut short when the event sells out."""
+        await self.sold_out.wait(event_id, seconds)
 
     async def advance(self, event_id: str, rate: float, start_ms: int) -> RoomAnswer:
         return await self._call("advance", event_id, rate, start_ms)
@@ -154,6 +186,8 @@ class WaitingRoom:
         None means: ask Redis (no fresh cursor, or n may be admitted). Watching the event keeps
         the ticker refreshing the cursor every tick.
         """
+        if self.sold_out.is_sold_out(event_id):
+            return _sold_out(n)
         self._active[event_id] = (rate, start_ms)
         seen = self._cursor.get(event_id)
         if seen is None or time.monotonic() - seen[2] > 4 * self.tick or n <= seen[0]:
@@ -184,6 +218,9 @@ class WaitingRoom:
         while True:
             await asyncio.sleep(self.tick)
             for event_id, (rate, start_ms) in list(self._active.items()):
+                if self.sold_out.is_sold_out(event_id):
+                    self._active.pop(event_id, None)  # its tickets are answered; nothing moves
+                    continue
                 try:
                     answer = await self.advance(event_id, rate, start_ms)
                 except Exception as exc:  # noqa: BLE001 - keep ticking; the next tick retries

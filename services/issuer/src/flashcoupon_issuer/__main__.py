@@ -1,4 +1,8 @@
-"""`flashcoupon-issuer`: the issuer on uvicorn (uvloop, httptools), settings from the env."""
+"""`flashcoupon-issuer`: the issuer on uvicorn (uvloop, httptools), settings from the env.
+
+The HTTP protocol is uvicorn's httptools one with read deadlines and problem+json for requests
+the parser refuses (flashcoupon_common.httpserver), set by HEADER_/BODY_TIMEOUT_SECONDS.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ import argparse
 import os
 
 import uvicorn
+from flashcoupon_common.httpserver import ServerTimeouts, guarded_protocol
 from flashcoupon_common.logsetup import configure_logging
+from flashcoupon_common.settings import SettingsError
 from starlette.types import ASGIApp
 
 from flashcoupon_issuer.app import create_app
-from flashcoupon_issuer.settings import IssuerSettings
+from flashcoupon_issuer.settings import PREFIX, IssuerSettings
 
 
 def build() -> ASGIApp:
@@ -20,7 +26,11 @@ def build() -> ASGIApp:
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = IssuerSettings.from_env()
+    try:
+        settings = IssuerSettings.from_env()
+        timeouts = ServerTimeouts.from_env(PREFIX)
+    except SettingsError as exc:
+        raise SystemExit(f"flashcoupon-issuer: {exc}") from None
     parser = argparse.ArgumentParser(prog="flashcoupon-issuer")
     parser.add_argument("--host", default=settings.host)
     parser.add_argument("--port", type=int, default=settings.port)
@@ -34,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         loop="uvloop",
-        http="httptools",
+        http=guarded_protocol("issuer", timeouts),
         access_log=False,
         log_config=None,
         backlog=4096,

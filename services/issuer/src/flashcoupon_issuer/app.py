@@ -2,8 +2,9 @@
 
 Besides HTTP, the lifespan runs one pub/sub listener: issue.lua publishes on SOLD_OUT_CHANNEL
 when an event's last coupon goes (every issuer learns it at once) and provisioning publishes on
-SUPPLY_CHANNEL (every issuer forgets a sold-out flag when supply was raised). If the listener is
-down, the flag's TTL still bounds how stale it can be.
+SUPPLY_CHANNEL (every issuer forgets a sold-out flag when supply was raised; when the event was
+deleted, also its metric series). If the listener is down, the flag's TTL still bounds how stale
+it can be.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
-from flashcoupon_issuer import http
+from flashcoupon_issuer import http, metrics
 from flashcoupon_issuer.issuance import IssueService, ScriptCall, SoldOutCache
 from flashcoupon_issuer.settings import IssuerSettings
 
@@ -39,8 +40,8 @@ logger = logging.getLogger(__name__)
 def batched_call(batcher: ScriptBatcher) -> ScriptCall:
     # The lifespan initializes the cluster client before serving, so `submit` may be used: the
     # reply's future is awaited by IssueService directly (a coroutine frame less per request).
-    def call(event_id: str, user: str, rid: str, tp: str) -> Awaitable[Any]:
-        return batcher.submit(ISSUE, keys.issue_keys(event_id), (user, rid, tp))
+    def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Awaitable[Any]:
+        return batcher.submit(ISSUE, keys.issue_keys(event_id), (user, rid, tp), deadline)
 
     return call
 
@@ -48,8 +49,8 @@ def batched_call(batcher: ScriptBatcher) -> ScriptCall:
 def naive_call(redis: RedisCluster) -> ScriptCall:
     """One EVALSHA round trip per request (the benchmark's baseline)."""
 
-    async def call(event_id: str, user: str, rid: str, tp: str) -> Any:
-        k = keys.issue_keys(event_id)
+    async def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Any:
+        k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
         try:
             return await redis.evalsha(ISSUE.sha, 4, *k, user, rid, tp)
         except NoScriptError:
@@ -58,7 +59,9 @@ def naive_call(redis: RedisCluster) -> ScriptCall:
     return call
 
 
-async def listen_for_supply(redis: RedisCluster, cache: SoldOutCache, stop: asyncio.Event) -> None:
+async def listen_for_supply(
+    redis: RedisCluster, service: IssueService, stop: asyncio.Event
+) -> None:
     """Keep the sold-out flags in step with the channels; reconnect to any node on failure.
 
     Polls with a timeout and checks `stop` rather than relying on cancellation: redis-py's
@@ -66,7 +69,7 @@ async def listen_for_supply(redis: RedisCluster, cache: SoldOutCache, stop: asyn
     """
     while not stop.is_set():
         node = redis.get_random_node()  # classic pub/sub is broadcast to every cluster node
-        client = Redis(host=node.host, port=node.port)
+        client = Redis(host=node.host, port=int(node.port))
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(keys.SUPPLY_CHANNEL, keys.SOLD_OUT_CHANNEL)
@@ -75,17 +78,20 @@ async def listen_for_supply(redis: RedisCluster, cache: SoldOutCache, stop: asyn
                 if message is None or message["type"] != "message":
                     continue
                 event_id = message["data"].decode()
-                if message["channel"].decode() == keys.SUPPLY_CHANNEL:
-                    cache.forget(event_id)
+                if message["channel"].decode() != keys.SUPPLY_CHANNEL:
+                    service.sold_out.learn(event_id)
+                elif await redis.exists(keys.config_key(event_id)):
+                    service.sold_out.forget(event_id)
+                    metrics.watch_event(event_id)  # its outcome series exist before the doors open
                 else:
-                    cache.learn(event_id)
+                    service.forget_event(event_id)  # deleted
         except Exception as exc:  # noqa: BLE001 - logged; the TTL covers the gap
             logger.warning("supply listener on %s lost: %r; reconnecting", node.name, exc)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
         finally:
             with contextlib.suppress(Exception):
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
                 await client.aclose()
 
 
@@ -119,14 +125,23 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         )
         cache = SoldOutCache(settings.sold_out_ttl_s)
         call = batched_call(batcher) if settings.batching else naive_call(client)
-        service = IssueService(call, cache)
+        service = IssueService(
+            call,
+            cache,
+            retry_deadline_s=settings.retry_deadline_s,
+            deadline_margin_ms=settings.deadline_margin_ms,
+            unconfirmed=settings.unconfirmed,
+        )
         stop = asyncio.Event()
-        listener = asyncio.create_task(listen_for_supply(client, cache, stop))
+        listener = asyncio.create_task(listen_for_supply(client, service, stop))
         # Everything built so far lives as long as the process: keep it out of the garbage
         # collector's full collections, which otherwise walk it again and again under load.
         gc.freeze()
         logger.info(
-            "issuer ready: durability=%s batching=%s", settings.durability, settings.batching
+            "issuer ready: durability=%s unconfirmed=%s batching=%s",
+            settings.durability,
+            settings.unconfirmed,
+            settings.batching,
         )
         try:
             yield {"service": service, "redis": client, "batcher": batcher}

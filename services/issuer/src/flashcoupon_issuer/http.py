@@ -1,7 +1,9 @@
 """The issuer's HTTP edge: parse, call IssueService, map the Outcome to the HTTP contract.
 
 The user id comes only from X-Flashcoupon-User, which the gateway sets (and strips from
-clients); the issuer is not reachable from outside the cluster.
+clients); the issuer is not reachable from outside the cluster. The header carries the id as
+UTF-8 and is decoded strictly: bytes that are not UTF-8 are a 400, never a replacement
+character (which made different users one, and handed one user's coupon to another).
 """
 
 from __future__ import annotations
@@ -13,14 +15,21 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-from flashcoupon_common import event_state
-from flashcoupon_common.http import PROBLEM_JSON, JSONResponse, ProblemError, problem
-from flashcoupon_common.red_metrics import HTTP_DURATION, HTTP_REQUESTS
+from flashcoupon_common import event_state, validation
+from flashcoupon_common.http import (
+    PROBLEM_JSON,
+    JSONResponse,
+    ProblemError,
+    error_response,
+    problem,
+    user_from_header,
+)
+from flashcoupon_common.red_metrics import RouteMetrics
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from flashcoupon_issuer.issuance import Coupon, IssuerUnavailable, IssueService, Outcome
 
@@ -32,9 +41,9 @@ ISSUE_SUFFIX = "/issue"
 _PROBLEM = PROBLEM_JSON.encode()
 
 USER_HEADER = "x-flashcoupon-user"
+# Milliseconds the caller (the gateway) will still wait for this answer (docs/issuer.md).
+DEADLINE_HEADER = b"x-flashcoupon-deadline-ms"
 MAX_USER_LEN = 128  # user_coupons.user_id is VARCHAR(128)
-# Request ids live inside the users-hash value, whose separators are ',' and ';'.
-IDEMPOTENCY_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -102,31 +111,23 @@ def outcome_response(event_id: str, user_id: str, o: Outcome) -> Response:
     raise AssertionError(f"unmapped outcome {o.status}")
 
 
-def _event_id(request: Request) -> str:
-    event_id: str = request.path_params["eventId"]
-    if not event_state.EVENT_ID_RE.match(event_id):
-        raise ProblemError(
-            400, "INVALID_EVENT_ID", "event id must be a DNS-1123 label (a-z, 0-9, '-', max 63)"
-        )
-    return event_id
-
-
 class IssueEdge:
     """ASGI wrapper that serves POST /internal/v1/events/{eventId}/issue itself.
 
     Why not a Starlette route: this is the one hot endpoint, and Starlette's routing, Request
     object and middleware stack cost more CPU per request than the issuing itself once Redis
     calls are batched. Here the path is split by hand, headers are read in one pass, a known
-    sold-out event is answered from pre-built bytes, and the RED metrics are recorded with the
-    same names and labels REDMiddleware uses (it never sees these requests). Everything else
-    falls through to the Starlette app.
+    sold-out event is answered with a response rendered once, errors are translated through
+    the app's own exception table and the RED metrics recorded as REDMiddleware records them
+    (flashcoupon_common's error_response and RouteMetrics, shared with the gateway's fast
+    path). Everything else falls through to the Starlette app.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: Starlette) -> None:
         self.app = app
-        self._requests: dict[int, Any] = {}
-        self._duration = HTTP_DURATION.labels("issuer", ISSUE_ROUTE, "POST")
-        self._sold_out: dict[str, bytes] = {}
+        self._errors = app.exception_handlers
+        self._metrics = RouteMetrics("issuer", ISSUE_ROUTE, "POST")
+        self._sold_out: dict[str, Response] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -141,99 +142,89 @@ class IssueEdge:
         start = time.perf_counter()
         event_id = path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)]
         try:
-            status = await self._issue(scope, receive, send, event_id)
-        except Exception:
-            # Deliberately absorbed: the client gets a problem document, the log the trace.
-            logger.exception("unhandled error issuing for %s", event_id)
-            status = 500
-            await problem(500, "INTERNAL", "internal error; it has been logged")(
-                scope, receive, send
-            )
-        counter = self._requests.get(status)
-        if counter is None:
-            counter = self._requests[status] = HTTP_REQUESTS.labels(
-                "issuer", ISSUE_ROUTE, "POST", str(status)
-            )
-        counter.inc()
-        self._duration.observe(time.perf_counter() - start)
+            response = await self._issue(scope, event_id)
+        except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
+            response = await error_response(self._errors, Request(scope, receive), exc)
+        try:
+            await response(scope, receive, send)
+        finally:
+            self._metrics.record(response.status_code, start)
 
-    async def _issue(self, scope: Scope, receive: Receive, send: Send, event_id: str) -> int:
+    async def _issue(self, scope: Scope, event_id: str) -> Response:
         user = key = tp = None
+        budget: int | None = None
+        raw_user = b""
         for name, value in scope["headers"]:
             if name == b"x-flashcoupon-user":
-                user = value.decode("utf-8", "replace")
+                raw_user = value
+                user = user_from_header(value)
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
             elif name == b"traceparent":
                 tp = value.decode("latin-1")
-        response = _check(event_id, user, key)
+            elif name == DEADLINE_HEADER and value.isdigit() and len(value) < 9:
+                budget = int(value)  # ms the gateway still waits; malformed values are ignored
+        response: Response | None
+        if raw_user and user is None:
+            response = problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
+        else:
+            response = _check(event_id, user, key)
         if response is not None:
-            await response(scope, receive, send)
-            return response.status_code
+            return response
         assert user is not None
         service: IssueService = scope["state"]["service"]
-        if tp and not TRACEPARENT_RE.match(tp):
+        if tp and not TRACEPARENT_RE.fullmatch(tp):
             tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
         try:
             outcome = await service.issue(
-                event_id, user, key or os.urandom(10).hex(), tp or "", keyed=key is not None
+                event_id,
+                user,
+                key or os.urandom(10).hex(),
+                tp or "",
+                keyed=key is not None,
+                budget_ms=budget,
             )
         except IssuerUnavailable as exc:
             logger.warning("issue for %s unavailable: %s", event_id, exc)
             outcome = None
-        if outcome is not None and outcome.status == "SOLD_OUT":
-            body = self._sold_out.get(event_id)
-            if body is None:
-                body = self._sold_out[event_id] = problem(
-                    410, "SOLD_OUT", f"event {event_id} is sold out"
-                ).body
-            headers = [(b"content-type", _PROBLEM), (b"content-length", b"%d" % len(body))]
-            await send({"type": "http.response.start", "status": 410, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return 410
-        if outcome is not None and outcome.status == "ISSUED":
-            # the common answer while stock lasts: written directly, like SOLD_OUT above
-            body = orjson.dumps(coupon_json(event_id, user, outcome.coupons[0]))
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ]
-            if outcome.replay:
-                headers.append((b"idempotent-replayed", b"true"))
-            await send({"type": "http.response.start", "status": 201, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return 201
         if outcome is None:
-            response = problem(
-                503, "UNAVAILABLE", "coupon store unreachable; retry", headers={"Retry-After": "1"}
+            return problem(
+                503,
+                "SERVICE_UNAVAILABLE",
+                "coupon store unreachable; retry: if a coupon was issued to you, the retry "
+                "returns it",
+                headers={"Retry-After": "1"},
             )
-        else:
-            response = outcome_response(event_id, user, outcome)
-        await response(scope, receive, send)
-        return response.status_code
+        if outcome.status == "SOLD_OUT":
+            # The common answer after the first seconds: the same for everyone, rendered once
+            # (a Response holds no per-request state and can be sent again).
+            sold_out = self._sold_out.get(event_id)
+            if sold_out is None:
+                if len(self._sold_out) >= 256:  # only sold-out events, but bounded over time
+                    self._sold_out.clear()
+                sold_out = self._sold_out[event_id] = outcome_response(event_id, user, outcome)
+            return sold_out
+        return outcome_response(event_id, user, outcome)
 
 
 def _check(event_id: str, user: str | None, key: str | None) -> Response | None:
     """A 400 problem for malformed input, or None."""
-    if not event_state.EVENT_ID_RE.match(event_id):
-        return problem(
-            400, "INVALID_EVENT_ID", "event id must be a DNS-1123 label (a-z, 0-9, '-', max 63)"
-        )
+    try:
+        validation.event_id(event_id)
+        validation.idempotency_key(key)
+    except ProblemError as exc:
+        return problem(exc.status, exc.code, exc.detail)
     if not user:
         return problem(400, "MISSING_USER", "header X-Flashcoupon-User is required")
     if len(user) > MAX_USER_LEN or not user.isprintable():
         return problem(
             400, "INVALID_USER", f"X-Flashcoupon-User must be printable, max {MAX_USER_LEN} chars"
         )
-    if key is not None and not IDEMPOTENCY_RE.match(key):
-        return problem(
-            400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be 1-64 of A-Z a-z 0-9 _ . : -"
-        )
     return None
 
 
 async def event_status(request: Request) -> Response:
-    event_id = _event_id(request)
+    event_id = validation.event_id(request.path_params["eventId"])
     state = await event_state.read_state(request.state.redis, event_id)
     if state is None:
         raise ProblemError(404, "EVENT_NOT_FOUND", f"no event {event_id}")
@@ -241,6 +232,7 @@ async def event_status(request: Request) -> Response:
         {
             "eventId": event_id,
             "phase": state.phase(),
+            "paused": state.paused,
             "startAt": iso(event_state.to_ms(state.start_at)),
             "endAt": iso(event_state.to_ms(state.end_at)),
             "quantity": state.quantity,

@@ -9,10 +9,18 @@ the keyed coupons it issued recently (`ReplayCache`) and answers those retries f
 that reaches a *different* issuer process after the sell-out is answered SOLD_OUT although the
 shopper holds the coupon (it is in their wallet); a gateway routing by user avoids that
 (docs/issuer.md).
+
+A 503 is indeterminate: the script may have run while its answer was lost (a master dying
+mid-batch), or may still run after the caller's deadline. The contract is "retry; you will learn
+your coupon", so a shopper answered 503 is remembered (`Unsettled`) and their next presses go
+to Redis even after the sell-out: the script answers the replay (same key) or DUPLICATE with the
+code (no key). Each call is bounded by the deadline the gateway sends (`call_budget`), so the
+issuer answers before the gateway stops waiting instead of issuing after a gateway 503.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -27,11 +35,26 @@ from flashcoupon_issuer import metrics
 
 logger = logging.getLogger(__name__)
 
-ScriptCall = Callable[[str, str, str, str], Awaitable[Any]]
+# (event id, user id, request id, traceparent, deadline as time.monotonic() or None) → reply
+ScriptCall = Callable[[str, str, str, str, float | None], Awaitable[Any]]
 
 
 class IssuerUnavailable(Exception):
-    """Redis could not be reached within the retry deadline."""
+    """Redis could not be reached within the call's deadline (the script may still have run)."""
+
+
+def call_budget(budget_ms: int | None, retry_deadline_s: float, margin_ms: int) -> float:
+    """Seconds one issue call may take, retries included.
+
+    `budget_ms` is what the caller (the gateway) will still wait for the answer; the issuer
+    keeps `margin_ms` of it to write the 503 and for the answer to travel back, so the caller
+    hears the issuer's answer instead of timing out on its own while the issuer goes on. Without
+    a budget (a direct call) the issuer's own retry deadline applies. Never below 50 ms: a
+    budget that is nearly spent still gets one attempt.
+    """
+    if budget_ms is None:
+        return retry_deadline_s
+    return max(0.05, min(retry_deadline_s, (budget_ms - margin_ms) / 1000))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +114,34 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
     return Outcome(
         status,
         coupons=tuple(coupons),
-        remaining=second if second >= 0 else None,
+        # Only ISSUED and SOLD_OUT say how much stock is left; PAUSED and NOT_FOUND carry a
+        # placeholder 0 that must not read as "sold out" (issue 10).
+        remaining=second if second >= 0 and status in _STOCK_ANSWERS else None,
         replay=int(reply[2]) == 1,
     )
 
 
+_STOCK_ANSWERS = frozenset({"ISSUED", "SOLD_OUT"})
+
+
+def proves_sold_out(outcome: Outcome) -> bool:
+    """Whether an answer shows the event has no coupon left: a SOLD_OUT reply, or the reply
+    that took the last coupon. Nothing else may set the sold-out flag — a paused or unknown
+    event cached as sold out would turn 423/404 into a false 410."""
+    if outcome.status == "SOLD_OUT":
+        return True
+    return outcome.status in ("ISSUED", "NOT_DURABLE") and outcome.remaining == 0
+
+
 class SoldOutCache:
-    """Events known to be sold out, each for `ttl` seconds after it was last learned."""
+    """Events known to be sold out, each for `ttl` seconds after it was last learned.
+
+    Only events that exist and sold out are learned (`proves_sold_out`, the sold-out channel),
+    and expired flags are pruned once there are more than PRUNE_AT: the size is bounded by the
+    events that sold out within the last `ttl` seconds, not by what URLs shoppers try.
+    """
+
+    PRUNE_AT = 256
 
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
@@ -113,8 +157,15 @@ class SoldOutCache:
         return False
 
     def learn(self, event_id: str) -> None:
-        if self.ttl > 0:
-            self._until[event_id] = time.monotonic() + self.ttl
+        if self.ttl <= 0:
+            return
+        now = time.monotonic()
+        if len(self._until) >= self.PRUNE_AT:
+            self._until = {e: t for e, t in self._until.items() if t > now}
+        self._until[event_id] = now + self.ttl
+
+    def __len__(self) -> int:
+        return len(self._until)
 
     def forget(self, event_id: str) -> None:
         self._until.pop(event_id, None)
@@ -145,47 +196,132 @@ class ReplayCache:
             self._items.popitem(last=False)
 
 
+class Unsettled:
+    """(event, user) pairs answered 503 in the last `ttl` seconds, at most `capacity` of them.
+
+    Their next presses bypass the local sold-out flag: the coupon a 503 may hide must be
+    learned from Redis. Few in number (a failover's worth), so the sold-out storm stays local.
+    """
+
+    def __init__(self, ttl: float = 600.0, capacity: int = 100_000) -> None:
+        self.ttl = ttl
+        self.capacity = capacity
+        self._until: OrderedDict[tuple[str, str], float] = OrderedDict()
+
+    def add(self, event_id: str, user_id: str) -> None:
+        key = (event_id, user_id)
+        self._until[key] = time.monotonic() + self.ttl
+        self._until.move_to_end(key)
+        if len(self._until) > self.capacity:
+            self._until.popitem(last=False)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        if not self._until:  # the common case: nothing unsettled, no tuple lookups
+            return False
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._until[key]
+        return False
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+
 class IssueService:
     def __init__(
-        self, call: ScriptCall, sold_out: SoldOutCache, replays: ReplayCache | None = None
+        self,
+        call: ScriptCall,
+        sold_out: SoldOutCache,
+        replays: ReplayCache | None = None,
+        *,
+        retry_deadline_s: float = 15.0,
+        deadline_margin_ms: int = 300,
+        unconfirmed: str = "fail",
     ) -> None:
         self._call = call
         self.sold_out = sold_out
         self.replays = replays or ReplayCache()
+        self.unsettled = Unsettled()
+        self.retry_deadline_s = retry_deadline_s
+        self.deadline_margin_ms = deadline_margin_ms
+        self.degrade = unconfirmed == "degrade"
+        self._degraded = False  # answering unconfirmed coupons right now (for the log line)
 
     async def issue(
-        self, event_id: str, user_id: str, request_id: str, traceparent: str, *, keyed: bool
+        self,
+        event_id: str,
+        user_id: str,
+        request_id: str,
+        traceparent: str,
+        *,
+        keyed: bool,
+        budget_ms: int | None = None,
     ) -> Outcome:
-        if self.sold_out.known(event_id):
+        if self.sold_out.known(event_id) and (event_id, user_id) not in self.unsettled:
             earlier = self.replays.get(event_id, user_id, request_id) if keyed else None
             if earlier is not None:
-                metrics.count_outcome(event_id, "ISSUED")
+                metrics.count_outcome(event_id, "REPLAYED")
                 return earlier
             metrics.count_sold_out_local(event_id)
             metrics.count_outcome(event_id, "SOLD_OUT")
             return SOLD_OUT
+        seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
+        deadline = time.monotonic() + seconds
         try:
-            reply = await self._call(event_id, user_id, request_id, traceparent)
+            if budget_ms is None:
+                reply = await self._call(event_id, user_id, request_id, traceparent, deadline)
+            else:
+                # The batcher stops retrying at the deadline; the timeout also bounds a batch
+                # already on the wire. Cancelling the call's future keeps it from being sent.
+                async with asyncio.timeout(seconds):
+                    reply = await self._call(event_id, user_id, request_id, traceparent, deadline)
             outcome = parse_reply(reply)
         except NotReplicatedError as exc:
             reply = exc.result
             outcome = parse_reply(reply)
-            if outcome.status == "ISSUED":
+            if outcome.status == "ISSUED" and self.degrade:
+                metrics.UNCONFIRMED.inc()
+                if not self._degraded:
+                    self._degraded = True
+                    logger.warning(
+                        "durability degraded: no replica confirms writes (%s); answering "
+                        "unconfirmed coupons until one does",
+                        exc,
+                    )
+            elif outcome.status == "ISSUED":
                 logger.warning("coupon for %s/%s not confirmed by a replica", event_id, user_id)
                 outcome = Outcome("NOT_DURABLE", remaining=outcome.remaining)
+                self.unsettled.add(event_id, user_id)
         except (OSError, TimeoutError, ConnectionError) as exc:
-            raise IssuerUnavailable(repr(exc)) from exc
+            self.unsettled.add(event_id, user_id)
+            raise IssuerUnavailable(f"{exc!r} within {seconds:.2f}s") from exc
         except Exception as exc:
             # redis-py's own error classes (ConnectionError, TimeoutError, ClusterError) do not
             # all derive from the builtins; anything else from the call is Redis being unusable.
             if exc.__class__.__module__.startswith("redis"):
+                self.unsettled.add(event_id, user_id)
                 raise IssuerUnavailable(repr(exc)) from exc
             raise
+        else:
+            if self._degraded:
+                self._degraded = False
+                logger.warning("durability restored: a replica confirms writes again")
         if keyed and outcome.status == "ISSUED":
             self.replays.put(event_id, user_id, request_id, reply)
-        if outcome.status == "SOLD_OUT" or outcome.remaining == 0:
+        if proves_sold_out(outcome):
             self.sold_out.learn(event_id)
         if outcome.remaining is not None:
             metrics.set_remaining(event_id, outcome.remaining)
-        metrics.count_outcome(event_id, outcome.status)
+        elif outcome.status == "ENDED":
+            metrics.forget_stock(event_id)  # an ended event's stock is no longer news
+        # A replay answers a coupon issued before: counted apart, so ISSUED counts coupons.
+        metrics.count_outcome(event_id, "REPLAYED" if outcome.replay else outcome.status)
         return outcome
+
+    def forget_event(self, event_id: str) -> None:
+        """The event was deleted: drop its flag and its metric series."""
+        self.sold_out.forget(event_id)
+        metrics.forget_event(event_id)

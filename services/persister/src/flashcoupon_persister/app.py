@@ -12,14 +12,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 from flashcoupon_common.http import exception_handlers, health_routes
+from flashcoupon_common.kafka_producer import ProducerFactory
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
+from .bootstrap import running
 from .consumer import PersistLoop
-from .service import running
 from .settings import PersisterSettings
 
 
@@ -28,7 +29,7 @@ def create_app(
     *,
     engine: AsyncEngine | None = None,
     consumer: AIOKafkaConsumer | None = None,
-    producer: AIOKafkaProducer | None = None,
+    producer_factory: ProducerFactory | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
 ) -> Starlette:
     state: dict[str, PersistLoop] = {}
@@ -36,7 +37,11 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with running(
-            settings, engine=engine, consumer=consumer, producer=producer, on_fatal=on_fatal
+            settings,
+            engine=engine,
+            consumer=consumer,
+            producer_factory=producer_factory,
+            on_fatal=on_fatal,
         ) as loop:
             state["loop"] = loop
             yield

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from flashcoupon_common import event_state, keys, topics
+from flashcoupon_common import event_state, keys, topics, validation
 from flashcoupon_common.db.engine import create_engine
+from flashcoupon_common.kafka_producer import ProducerHolder, idempotent_producer_factory
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSettings, SettingsError
 from redis.exceptions import RedisError
@@ -64,7 +64,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.examples < 0 or args.settle_seconds < 0:
         p.error("--examples and --settle-seconds must not be negative")
     for event_id in args.event or ():
-        if not event_state.EVENT_ID_RE.match(event_id):
+        if not validation.EVENT_ID.ok(event_id):
             p.error(f"--event {event_id!r} is not a valid event id (DNS-1123 label)")
     return args
 
@@ -72,7 +72,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 async def run(args: argparse.Namespace) -> list[AuditReport]:
     redis = create_redis_cluster(RedisSettings.from_env())
     engine = create_engine(MysqlSettings.from_env(), pool_size=2)
-    producer: AIOKafkaProducer | None = None
+    # Kafka is needed (and its settings read) only for a repair.
+    producer: ProducerHolder | None = None
     try:
         if args.all:
             members = await redis.smembers(keys.EVENTS_REGISTRY)
@@ -90,20 +91,17 @@ async def run(args: argparse.Namespace) -> list[AuditReport]:
             report = await audit_event(redis, engine, event_id, settle_seconds=args.settle_seconds)
             if args.repair and report.missing:
                 if producer is None:
-                    producer = AIOKafkaProducer(
-                        bootstrap_servers=KafkaSettings.from_env().bootstrap,
-                        enable_idempotence=True,
-                        linger_ms=5,
-                    )
-                    await producer.start()
-                report.republished = await republish(producer, args.topic, report.missing)
+                    bootstrap = KafkaSettings.from_env().bootstrap
+                    producer = ProducerHolder(idempotent_producer_factory(bootstrap))
+                started, _ = await producer.get()
+                report.republished = await republish(started, args.topic, report.missing)
             elif args.repair:
                 report.republished = 0
             reports.append(report)
         return reports
     finally:
         if producer is not None:
-            await producer.stop()
+            await producer.close()
         await engine.dispose()
         await redis.aclose()
 

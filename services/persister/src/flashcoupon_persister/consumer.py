@@ -20,16 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
+from flashcoupon_common.backoff import backoff_delay
 from flashcoupon_common.messages import CouponIssued, SchemaError
 
 from . import metrics
@@ -40,7 +40,7 @@ from .writer import BatchWriter, TransientWriteError, WriteTimeout
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Record = ConsumerRecord[bytes, bytes]
+Record: TypeAlias = ConsumerRecord[bytes, bytes]
 
 # How long a batch may keep failing before readiness says so: longer than a deadlock retry or
 # a short blip (a few backoff rounds), shorter than an operator would want to wait.
@@ -49,12 +49,6 @@ STALL_GRACE_S = 10.0
 
 class Stopped(Exception):
     """Shutdown was asked for while a batch was waiting on a transient failure."""
-
-
-def backoff_delay(attempt: int, base: float, cap: float, jitter: float = 0.2) -> float:
-    """Capped exponential backoff (attempt 1 → base), with a little jitter against herds."""
-    delay = min(cap, base * (2 ** (attempt - 1)))
-    return delay * (1 - jitter * random.random())
 
 
 def is_stalled(failing_since: float | None, now: float, grace_s: float = STALL_GRACE_S) -> bool:
@@ -283,7 +277,9 @@ class PersistLoop:
                     if isinstance(exc, WriteTimeout):
                         metrics.DB_TIMEOUTS.inc()
                     s = self.settings
-                    delay = backoff_delay(attempt, s.retry_backoff_base_s, s.retry_backoff_cap_s)
+                    delay = backoff_delay(
+                        attempt - 1, base=s.retry_backoff_base_s, cap=s.retry_backoff_cap_s
+                    )
                     logger.warning(
                         "%s failed transiently (attempt %d, retry in %.2fs): %s",
                         what,

@@ -12,8 +12,12 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.structs import ConsumerRecord
+from flashcoupon_common.kafka_producer import (
+    ProducerFactory,
+    ProducerHolder,
+    idempotent_producer_factory,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,39 +57,27 @@ class DeadLetters:
         topic: str,
         group_id: str,
         *,
-        producer: AIOKafkaProducer | None = None,
+        producer_factory: ProducerFactory | None = None,
     ) -> None:
-        self.bootstrap = bootstrap
         self.topic = topic
         self.group_id = group_id
-        self._producer = producer
-        self._owned = producer is None
-
-    def _new_producer(self) -> AIOKafkaProducer:
-        # Idempotence forces acks=all: a dead letter is acknowledged by every in-sync replica.
-        return AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap,
-            enable_idempotence=True,
-            linger_ms=5,
-            request_timeout_ms=15000,
+        self._producer = ProducerHolder(
+            producer_factory or idempotent_producer_factory(bootstrap, request_timeout_ms=15_000)
         )
 
     async def start(self) -> None:
-        if self._producer is None:
-            self._producer = self._new_producer()
-        if self._owned:
-            await self._producer.start()
+        await self._producer.get()
 
     async def stop(self) -> None:
-        if self._producer is not None and self._owned:
-            await self._producer.stop()
+        await self._producer.close()
 
     async def send_all(self, letters: Sequence[DeadLetter]) -> None:
         """Send and wait for every acknowledgement, or raise DeadLetterSendError."""
-        assert self._producer is not None, "start() first"
+        generation = None
         try:
+            producer, generation = await self._producer.get()
             futures = [
-                await self._producer.send(
+                await producer.send(
                     self.topic,
                     value=x.record.value,
                     key=x.record.key,
@@ -98,18 +90,6 @@ class DeadLetters:
             # An idempotent producer can be left unusable (OutOfOrderSequenceNumber after a
             # broker blip): start afresh; a resend may duplicate a dead letter, never lose one.
             logger.warning("dead-letter send failed (%r); recreating the producer", exc)
-            if self._owned:
-                await self._recreate()
+            if generation is not None:
+                await self._producer.recreate(generation, exc)
             raise DeadLetterSendError(repr(exc)) from exc
-
-    async def _recreate(self) -> None:
-        old, self._producer = self._producer, self._new_producer()
-        if old is not None:
-            try:
-                await old.stop()
-            except Exception:
-                logger.debug("stopping the old DLQ producer failed", exc_info=True)
-        try:
-            await self._producer.start()
-        except Exception as exc:  # noqa: BLE001 - Kafka unreachable: the next send retries
-            logger.warning("could not restart the DLQ producer: %r", exc)

@@ -48,3 +48,12 @@ PAUSED = Gauge(
     "flashcoupon_persister_paused",
     "1 while the assigned partitions are paused waiting for a transient failure to clear",
 )
+
+# Every label value known in advance starts at 0, so rate() and increase() see the first
+# increment too (a labelled series is otherwise born with its first value, which they miss).
+for _outcome in ("inserted", "duplicate", "dead_lettered"):
+    ROWS.labels(_outcome)
+for _reason in ("schema", "conflict", "constraint", "invalid"):
+    DLQ.labels(_reason)
+for _what in ("db", "dlq"):
+    RETRIES.labels(_what)

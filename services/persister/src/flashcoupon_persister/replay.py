@@ -20,8 +20,9 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from flashcoupon_common.kafka_producer import idempotent_producer_factory
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import KafkaSettings
 
@@ -57,9 +58,7 @@ async def replay(
 ) -> ReplayReport:
     report = ReplayReport()
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=kafka.bootstrap, enable_idempotence=True, linger_ms=5
-    )
+    producer = idempotent_producer_factory(kafka.bootstrap)()
     await consumer.start()
     await producer.start()
     try:

@@ -33,8 +33,10 @@ metadata = MetaData()
 DATETIME3 = DATETIME(fsp=3)
 
 EVENT_ID = String(63)  # a Kubernetes object name
-USER_ID = String(128)
-CODE = String(32)
+# Identifiers compare byte for byte whatever the database's default collation (migration 0003).
+BINARY = "utf8mb4_bin"
+USER_ID = String(128, collation=BINARY)
+CODE = String(32, collation=BINARY)
 DISCOUNT_TYPE = Enum("fixed", "percent", name="discount_type")
 
 coupon_events = Table(
@@ -92,10 +94,10 @@ user_coupons = Table(
     ),
     Column("issued_at", DATETIME3, nullable=False),
     Column("expires_at", DATETIME3, nullable=False),
-    Column("request_id", String(64), nullable=False),
+    Column("request_id", String(64, collation=BINARY), nullable=False),
     Column("persisted_at", DATETIME3, nullable=False, server_default=func.now(3)),
     Column("redeemed_at", DATETIME3, nullable=True),
-    Column("order_id", String(64), nullable=True),
+    Column("order_id", String(64, collation=BINARY), nullable=True),
     Column("order_amount", BigInteger, nullable=True),
     Column("discount_amount", BigInteger, nullable=True),
     UniqueConstraint("event_id", "user_id", "seq", name="uq_user_coupon_slot"),

@@ -17,7 +17,9 @@ def _run(connection: Connection) -> None:
 
 
 async def _online() -> None:
-    engine = create_async_engine(context.config.get_main_option("sqlalchemy.url"))
+    url = context.config.get_main_option("sqlalchemy.url")
+    assert url is not None, "migrate.py sets sqlalchemy.url"
+    engine = create_async_engine(url)
     try:
         async with engine.connect() as conn:
             await conn.run_sync(_run)

@@ -1,0 +1,193 @@
+"""The HTTP server's own edge: read deadlines, and problem+json for what uvicorn rejects itself.
+
+uvicorn (httptools) has no deadline for reading a request: an unfinished head (slowloris) or a
+body shorter than its Content-Length holds a connection, and its handler, for as long as the
+client likes. And a request the parser cannot read (`Content-Length: -1`, two Content-Lengths,
+a control byte in a header) is answered with uvicorn's plain-text 400, never reaching the app.
+`GuardedHttpToolsProtocol` is uvicorn's protocol with both fixed:
+
+- a request's head must arrive within `header_timeout` (of the connection opening, for the
+  first request; of its first byte, for later ones), its body within `body_timeout` of the
+  head. A late request gets 408 REQUEST_TIMEOUT (problem+json, `Connection: close`) when no
+  answer has started, and the connection is closed. The application sees the request as
+  disconnected, with `http.TIMED_OUT` set in its scope, so it counts a 408, not an error.
+- a request the parser refuses gets 400 MALFORMED_REQUEST as problem+json, naming what the
+  parser found, and the connection is closed (as uvicorn does: the stream is out of step).
+
+The subtle part: the common request arrives whole in one read, and then no timer is created at
+all; timers exist only while a head or body is incomplete after a read.
+"""
+
+from __future__ import annotations
+
+import functools
+import http
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+from prometheus_client import Counter
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from flashcoupon_common.http import PROBLEM_JSON, TIMED_OUT, problem_body
+from flashcoupon_common.settings import SettingsError, env_float
+
+REJECTED = Counter(
+    "flashcoupon_http_rejected_total",
+    "Requests the HTTP server refused before or instead of the application, by reason",
+    ["service", "reason"],  # malformed, header_timeout, body_timeout, idle_timeout
+)
+
+# Where a connection is in reading its current request.
+_FIRST, _HEAD, _BODY, _IDLE = range(4)
+
+
+@dataclass(frozen=True)
+class ServerTimeouts:
+    """How long a client may take to send a request's head, and then its body."""
+
+    header_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 10.0
+
+    @classmethod
+    def from_env(cls, prefix: str, env: Mapping[str, str] | None = None) -> ServerTimeouts:
+        env = os.environ if env is None else env
+        t = cls(
+            header_timeout_seconds=env_float(env, prefix + "HEADER_TIMEOUT_SECONDS", 10.0),
+            body_timeout_seconds=env_float(env, prefix + "BODY_TIMEOUT_SECONDS", 10.0),
+        )
+        if t.header_timeout_seconds <= 0 or t.body_timeout_seconds <= 0:
+            raise SettingsError(
+                f"{prefix}HEADER_TIMEOUT_SECONDS and {prefix}BODY_TIMEOUT_SECONDS must be > 0"
+            )
+        return t
+
+
+def guarded_protocol(service: str, timeouts: ServerTimeouts) -> Any:
+    """What to pass as uvicorn's `http=`: a picklable factory (uvicorn --workers spawns)."""
+    return functools.partial(
+        GuardedHttpToolsProtocol,
+        service=service,
+        header_timeout=timeouts.header_timeout_seconds,
+        body_timeout=timeouts.body_timeout_seconds,
+    )
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(
+        self,
+        *args: Any,
+        service: str,
+        header_timeout: float,
+        body_timeout: float,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._service = service
+        self._header_timeout = header_timeout
+        self._body_timeout = body_timeout
+        self._phase = _FIRST
+        self._phase_deadline = 0.0
+        self._deadline: float | None = None
+        self._timer: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        # A connection that never completes a request head is closed, even if it sends nothing.
+        self._phase_deadline = self.loop.time() + self._header_timeout
+        self._arm(self._phase_deadline)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._arm(None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            self._reject(400, "MALFORMED_REQUEST", f"malformed HTTP request: {exc}", "malformed")
+            return
+        self._arm(self._read_deadline())
+
+    # Parser callbacks: note where the request stands; data_received arms the timer after.
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._phase != _FIRST:  # the first request's clock started at connection_made
+            self._phase_deadline = self.loop.time() + self._header_timeout
+        self._phase = _HEAD
+
+    def on_headers_complete(self) -> None:
+        self._phase = _BODY
+        self._phase_deadline = self.loop.time() + self._body_timeout
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._phase = _IDLE
+        super().on_message_complete()
+
+    def _read_deadline(self) -> float | None:
+        if self._phase in (_FIRST, _HEAD, _BODY):
+            return self._phase_deadline
+        if self.cycle is None or self.cycle.response_complete:
+            # Bytes that are not a request (stray CRLFs) after an answer: uvicorn's keep-alive
+            # timer was just cancelled by them, so this bounds the connection instead.
+            return self.loop.time() + self._header_timeout
+        return None  # the application is answering; nothing is being read
+
+    def _arm(self, deadline: float | None) -> None:
+        if deadline == self._deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._deadline = deadline
+        if deadline is not None:
+            self._timer = self.loop.call_at(deadline, self._read_timed_out)
+
+    def _read_timed_out(self) -> None:
+        self._timer = self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self._phase == _HEAD:
+            detail = f"request head not received within {self._header_timeout:g} s"
+            self._reject(408, "REQUEST_TIMEOUT", detail, "header_timeout")
+        elif self._phase == _BODY:
+            detail = f"request body not received within {self._body_timeout:g} s"
+            self._reject(408, "REQUEST_TIMEOUT", detail, "body_timeout")
+        else:  # connected (or answered) and then silent: nothing to answer
+            REJECTED.labels(self._service, "idle_timeout").inc()
+            self.transport.close()
+
+    def _reject(self, status: int, code: str, detail: str, reason: str) -> None:
+        """Answer `status` as problem+json unless an answer has begun; close either way."""
+        REJECTED.labels(self._service, reason).inc()
+        cycle = self.cycle if self._phase == _BODY else None
+        if cycle is not None:
+            # The application is running this request: it now reads a disconnect, and its own
+            # answer (if any) goes nowhere; TIMED_OUT lets it count a 408 rather than a 499.
+            if status == 408:
+                cycle.scope[TIMED_OUT] = True  # type: ignore[literal-required]
+            answered = cycle.response_started
+            cycle.disconnected = True
+            cycle.message_event.set()
+        else:
+            answered = self.cycle is not None and not self.cycle.response_complete
+        if not answered:
+            body = problem_body(status, code, detail)
+            head = [b"HTTP/1.1 %d %s\r\n" % (status, http.HTTPStatus(status).phrase.encode())]
+            head += [n + b": " + v + b"\r\n" for n, v in self.server_state.default_headers]
+            head.append(
+                b"content-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+                % (PROBLEM_JSON.encode(), len(body))
+            )
+            self.transport.write(b"".join(head) + body)
+        self.transport.close()

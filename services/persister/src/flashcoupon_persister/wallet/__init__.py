@@ -1,6 +1,0 @@
-"""The wallet API: a shopper's coupons, an event's persisted count, and redemption.
-
-It runs as its own process (`flashcoupon-wallet`) from the persister package because it reads
-and updates the rows the persister owns in MySQL, yet scales with shoppers rather than with
-Kafka partitions. See docs/wallet.md.
-"""

@@ -1,0 +1,1 @@
+"""Helpers every test tier shares: environments, ports, polling, processes."""

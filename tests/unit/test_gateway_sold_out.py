@@ -1,0 +1,82 @@
+"""The gateway's sell-out knowledge: what counts as sold out, and which news wins."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from flashcoupon_common import keys
+from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled, sold_out_in_state
+
+NOW = 1_800_000_000_000
+LIVE = {"provisioned": True, "paused": False, "end_ms": NOW + 60_000, "now_ms": NOW}
+
+
+def test_sold_out_only_when_every_coupon_of_a_live_event_is_issued() -> None:
+    assert sold_out_in_state(issued=10, quantity=10, **LIVE)
+    assert sold_out_in_state(issued=11, quantity=10, **LIVE)  # quantity lowered to issued
+    assert not sold_out_in_state(issued=9, quantity=10, **LIVE)
+
+
+def test_a_paused_unknown_or_ended_event_is_never_sold_out() -> None:
+    # The issuer answers PAUSED / EVENT_NOT_FOUND / ENDED for these: the gateway must not
+    # answer SOLD_OUT in its place (issue 10, item 2's counterpart at the gateway).
+    assert not sold_out_in_state(issued=10, quantity=10, **{**LIVE, "paused": True})
+    assert not sold_out_in_state(issued=0, quantity=0, **{**LIVE, "provisioned": False})
+    assert not sold_out_in_state(issued=10, quantity=10, **{**LIVE, "end_ms": NOW})
+
+
+def test_channel_news_sets_and_clears() -> None:
+    board = SoldOutBoard()
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev", at=1.0)
+    assert board.is_sold_out("ev") and not board.is_sold_out("other")
+    board.heard(keys.SUPPLY_CHANNEL, "ev", at=2.0)  # quantity raised: open again
+    assert not board.is_sold_out("ev")
+
+
+def test_a_read_older_than_the_news_does_not_undo_it() -> None:
+    board = SoldOutBoard()
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev", at=5.0)
+    board.observed("ev", False, read_started=4.0)  # started before the sell-out: stale
+    assert board.is_sold_out("ev")
+    board.observed("ev", False, read_started=6.0)  # newer (e.g. the event was paused since)
+    assert not board.is_sold_out("ev")
+    board.heard(keys.SUPPLY_CHANNEL, "ev", at=7.0)
+    board.observed("ev", True, read_started=6.5)  # saw the stock before it was raised
+    assert not board.is_sold_out("ev")
+
+
+def test_reads_alone_decide_when_no_news_was_heard() -> None:
+    # A gateway started after the sell-out, or one whose subscription missed the message.
+    board = SoldOutBoard()
+    board.observed("ev", True, read_started=time.monotonic())
+    assert board.is_sold_out("ev")
+    board.observed("ev", False, read_started=time.monotonic())
+    assert not board.is_sold_out("ev")
+
+
+async def test_a_sell_out_wakes_waiting_streams_at_once() -> None:
+    board = SoldOutBoard()
+    waiters = [asyncio.create_task(board.wait("ev", 30)) for _ in range(3)]
+    other = asyncio.create_task(board.wait("other", 30))
+    await asyncio.sleep(0)
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev")
+    async with asyncio.timeout(1):
+        await asyncio.gather(*waiters)
+    assert not other.done()
+    other.cancel()
+    started = time.monotonic()
+    await board.wait("ev", 30)  # already sold out: no wait at all
+    assert time.monotonic() - started < 1
+
+
+def test_unsettled_shoppers_are_remembered_for_a_while_and_bounded() -> None:
+    unsettled = Unsettled(ttl=60, capacity=2)
+    unsettled.add("ev", "ann")
+    assert ("ev", "ann") in unsettled and ("ev", "bob") not in unsettled
+    assert ("other", "ann") not in unsettled
+    unsettled.add("ev", "bob")
+    unsettled.add("ev", "cid")  # over capacity: the oldest goes
+    assert ("ev", "ann") not in unsettled and ("ev", "cid") in unsettled
+    unsettled.add("ev", "dan", now=time.monotonic() - 61)  # its time has passed
+    assert ("ev", "dan") not in unsettled
