@@ -129,3 +129,32 @@ observe-check: stack-up ## a private Prometheus scrapes a local run + burst; eve
 .PHONY: chaos
 chaos: install ## fault rows on a private stack, one table + loadtest/results/chaos.json (FAULT=row[,row])
 	$(RUN) python -m flashcoupon_loadtest.chaos $(if $(FAULT),--fault $(FAULT))
+
+# ---------------------------------------------------------------- dev Kubernetes (docs/deploy.md)
+
+.PHONY: k8s-up k8s-status k8s-down k8s-reset k8s-images k8s-deploy k8s-demo k8s-test
+k8s-up: ## a single-node Kubernetes 1.31 from real components (etcd, control plane, containerd, kubelet)
+	scripts/k8s.sh up
+
+k8s-status: ## the dev cluster's processes, node and pods; exits non-zero when anything is down
+	scripts/k8s.sh status
+
+k8s-down: ## stop the dev cluster (pods included) and its stores; state stays under .stack/k8s
+	scripts/k8s-deploy.sh stores-down
+	scripts/k8s.sh down
+
+k8s-reset: ## stop the dev cluster and its stores, wipe their state (certificates, etcd, containerd, data)
+	scripts/k8s-deploy.sh stores-down
+	scripts/k8s.sh reset
+
+k8s-images: ## build the four images with podman (base from debootstrap) and import them into the cluster
+	scripts/k8s-images.sh build
+
+k8s-deploy: install ## the chart with helm upgrade --install --wait, against a stack pods can reach
+	scripts/k8s-deploy.sh up
+
+k8s-demo: ## a CouponEvent through its phases and a shopper burst through the gateway Service
+	$(RUN) python k8s/dev/demo.py
+
+k8s-test: ## the tests/k8s tier (brings the cluster, images and release up as needed)
+	$(RUN) pytest tests/k8s -p no:cacheprovider

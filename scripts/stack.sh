@@ -14,7 +14,11 @@
 # and stop those, never the shared stack.
 #
 # Ports and sizes come from the environment (defaults below), so a second stack can run
-# beside the first. Everything binds to 127.0.0.1.
+# beside the first. Everything binds to 127.0.0.1 unless FLASHCOUPON_STACK_HOST names another
+# address of this machine (the dev Kubernetes cluster's stack binds to its bridge address, which
+# pods reach and nothing outside the machine does; Redis and Kafka then announce that address).
+# MYSQL_CLIENT_HOST is the MariaDB host pattern the project user may log in from, besides
+# localhost (e.g. '10.244.0.%' for pods).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +35,8 @@ KAFKA_BASE_PORT=${KAFKA_BASE_PORT:-19092}
 KAFKA_CONTROLLER_BASE_PORT=${KAFKA_CONTROLLER_BASE_PORT:-19192}
 KAFKA_HEAP=${KAFKA_HEAP:-768m}
 MYSQL_PORT=${MYSQL_PORT:-13306}
+STACK_HOST=${FLASHCOUPON_STACK_HOST:-127.0.0.1}
+MYSQL_CLIENT_HOST=${MYSQL_CLIENT_HOST:-127.0.0.1}
 MYSQL_DATABASE=${MYSQL_DATABASE:-flashcoupon}
 MYSQL_USER=${MYSQL_USER:-flashcoupon}
 MYSQL_PASSWORD=${MYSQL_PASSWORD:-flashcoupon}
@@ -42,7 +48,7 @@ log() { printf '[stack %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/$STACK_HOST/$1") 2>/dev/null; }
 
 wait_for() { # seconds description command...
   local deadline=$((SECONDS + $1)) what=$2; shift 2
@@ -104,26 +110,28 @@ redis_start() {
     if port_open "$port"; then
       # Another checkout's stack (or a manual start) already serves this port: use it, and
       # leave it alone on `down`, which only stops pids recorded here.
-      redis-cli -p "$port" ping >/dev/null 2>&1 || die "port $port is taken by something that is not Redis"
+      redis-cli -h "$STACK_HOST" -p "$port" ping >/dev/null 2>&1 || die "port $port is taken by something that is not Redis"
       log "redis :$port already running (not started by this checkout); reusing it"
       continue
     fi
     # No RDB/AOF: the local stack is disposable. Durability across node loss is what
     # replicas (and the issuer's WAIT setting) are for; that is what tests exercise.
-    redis-server --port "$port" --bind 127.0.0.1 --protected-mode no \
+    local announce=()
+    [ "$STACK_HOST" = 127.0.0.1 ] || announce=(--cluster-announce-ip "$STACK_HOST")
+    redis-server --port "$port" --bind "$STACK_HOST" "${announce[@]}" --protected-mode no \
       --cluster-enabled yes --cluster-config-file "$dir/nodes.conf" \
       --cluster-node-timeout 3000 --dir "$dir" --save "" --appendonly no \
       --daemonize yes --pidfile "$PID_DIR/redis-$port.pid" --logfile "$LOG_DIR/redis-$port.log"
   done
   for port in $(redis_ports); do
-    wait_for 20 "redis :$port" redis-cli -p "$port" ping || die "redis :$port did not answer; see $LOG_DIR/redis-$port.log"
+    wait_for 20 "redis :$port" redis-cli -h "$STACK_HOST" -p "$port" ping || die "redis :$port did not answer; see $LOG_DIR/redis-$port.log"
   done
   local known
-  known=$(redis-cli -p "$REDIS_BASE_PORT" cluster info | tr -d '\r' | awk -F: '$1=="cluster_known_nodes"{print $2}')
+  known=$(redis-cli -h "$STACK_HOST" -p "$REDIS_BASE_PORT" cluster info | tr -d '\r' | awk -F: '$1=="cluster_known_nodes"{print $2}')
   if [ "$known" = 1 ]; then
     log "creating Redis Cluster ($REDIS_NODES nodes, $REDIS_REPLICAS replica(s) per master)"
     local addrs=()
-    for port in $(redis_ports); do addrs+=("127.0.0.1:$port"); done
+    for port in $(redis_ports); do addrs+=("$STACK_HOST:$port"); done
     redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$REDIS_REPLICAS" --cluster-yes >"$LOG_DIR/redis-cluster-create.log"
   fi
   wait_for 60 "redis cluster" redis_cluster_ok || die "cluster_state is not ok; see 'scripts/stack.sh status' (or 'reset')"
@@ -132,11 +140,11 @@ redis_start() {
 redis_cluster_ok() {
   local port
   for port in $(redis_ports); do
-    redis-cli -p "$port" cluster info 2>/dev/null | tr -d '\r' | grep -q '^cluster_state:ok$' || return 1
+    redis-cli -h "$STACK_HOST" -p "$port" cluster info 2>/dev/null | tr -d '\r' | grep -q '^cluster_state:ok$' || return 1
     # A replica that has not finished its first sync cannot take over from its master
     # ("disconnected from master for longer than allowed"), so it is not ready yet.
-    if redis-cli -p "$port" info replication | tr -d '\r' | grep -q '^role:slave$'; then
-      redis-cli -p "$port" info replication | tr -d '\r' | grep -q '^master_link_status:up$' || return 1
+    if redis-cli -h "$STACK_HOST" -p "$port" info replication | tr -d '\r' | grep -q '^role:slave$'; then
+      redis-cli -h "$STACK_HOST" -p "$port" info replication | tr -d '\r' | grep -q '^master_link_status:up$' || return 1
     fi
   done
 }
@@ -146,7 +154,7 @@ redis_cluster_ok() {
 kafka_write_config() { # id
   local id=$1 voters="" i
   for i in $(kafka_ids); do
-    voters="${voters:+$voters,}$i@127.0.0.1:$((KAFKA_CONTROLLER_BASE_PORT + i - 1))"
+    voters="${voters:+$voters,}$i@$STACK_HOST:$((KAFKA_CONTROLLER_BASE_PORT + i - 1))"
   done
   local rf=$((KAFKA_BROKERS < 3 ? KAFKA_BROKERS : 3))
   local port=$((KAFKA_BASE_PORT + id - 1)) cport=$((KAFKA_CONTROLLER_BASE_PORT + id - 1))
@@ -154,8 +162,8 @@ kafka_write_config() { # id
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://$STACK_HOST:$port,CONTROLLER://$STACK_HOST:$cport
+advertised.listeners=PLAINTEXT://$STACK_HOST:$port
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
@@ -216,14 +224,14 @@ kafka_start() {
 
 kafka_bootstrap() {
   local out="" id
-  for id in $(kafka_ids); do out="${out:+$out,}127.0.0.1:$((KAFKA_BASE_PORT + id - 1))"; done
+  for id in $(kafka_ids); do out="${out:+$out,}$STACK_HOST:$((KAFKA_BASE_PORT + id - 1))"; done
   echo "$out"
 }
 
 # ---------------------------------------------------------------- mariadb
 
 mysql_root() { mariadb --socket="$MYSQL_SOCKET" -uroot "$@"; }
-mysql_tcp() { mariadb -h127.0.0.1 -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" "$@"; }
+mysql_tcp() { mariadb -h"$STACK_HOST" -P"$MYSQL_PORT" -u"$MYSQL_USER" -p"$MYSQL_PASSWORD" "$@"; }
 
 mariadb_start() {
   local dir=$STACK_DIR/mariadb
@@ -240,7 +248,7 @@ mariadb_start() {
       mariadb-install-db --no-defaults --datadir="$dir/data" --user="$(id -un)" \
         --auth-root-authentication-method=socket --skip-test-db >"$LOG_DIR/mariadb-install.log" 2>&1
     fi
-    nohup mariadbd --no-defaults --datadir="$dir/data" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+    nohup mariadbd --no-defaults --datadir="$dir/data" --port="$MYSQL_PORT" --bind-address="$STACK_HOST" \
       --socket="$MYSQL_SOCKET" --pid-file="$dir/mariadbd.pid" --user="$(id -un)" \
       --log-error="$LOG_DIR/mariadb.log" --max-connections=500 --innodb-buffer-pool-size=512M \
       --character-set-server=utf8mb4 --collation-server=utf8mb4_bin --skip-name-resolve \
@@ -250,10 +258,10 @@ mariadb_start() {
   wait_for 60 "mariadb :$MYSQL_PORT" mysql_root -e 'SELECT 1' || die "mariadb did not answer; see $LOG_DIR/mariadb.log"
   mysql_root <<SQL
 CREATE DATABASE IF NOT EXISTS \`$MYSQL_DATABASE\` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;
-CREATE USER IF NOT EXISTS '$MYSQL_USER'@'127.0.0.1' IDENTIFIED BY '$MYSQL_PASSWORD';
+CREATE USER IF NOT EXISTS '$MYSQL_USER'@'$MYSQL_CLIENT_HOST' IDENTIFIED BY '$MYSQL_PASSWORD';
 CREATE USER IF NOT EXISTS '$MYSQL_USER'@'localhost' IDENTIFIED BY '$MYSQL_PASSWORD';
 -- Tests create a database each (random names), so the project user may create databases.
-GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'127.0.0.1';
+GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'$MYSQL_CLIENT_HOST';
 GRANT ALL PRIVILEGES ON *.* TO '$MYSQL_USER'@'localhost';
 FLUSH PRIVILEGES;
 SQL
@@ -293,22 +301,22 @@ cmd_status() {
   local bad=0 port id info state role
   echo "Redis Cluster (logs: $LOG_DIR/redis-*.log)"
   for port in $(redis_ports); do
-    if role=$(redis-cli -p "$port" role 2>/dev/null | head -1) && [ -n "$role" ]; then
-      info=$(redis-cli -p "$port" cluster info | tr -d '\r')
+    if role=$(redis-cli -h "$STACK_HOST" -p "$port" role 2>/dev/null | head -1) && [ -n "$role" ]; then
+      info=$(redis-cli -h "$STACK_HOST" -p "$port" cluster info | tr -d '\r')
       state=$(awk -F: '$1=="cluster_state"{print $2}' <<<"$info")
-      printf '  127.0.0.1:%s  %-6s  cluster_state:%s\n' "$port" "$role" "$state"
+      printf '  %s:%s  %-6s  cluster_state:%s\n' "$STACK_HOST" "$port" "$role" "$state"
       [ "$state" = ok ] || bad=1
     else
-      printf '  127.0.0.1:%s  DOWN\n' "$port"
+      printf '  %s:%s  DOWN\n' "$STACK_HOST" "$port"
       bad=1
     fi
   done
   for port in $(redis_ports); do
-    if redis-cli -p "$port" ping >/dev/null 2>&1; then
+    if redis-cli -h "$STACK_HOST" -p "$port" ping >/dev/null 2>&1; then
       local masters
-      masters=$(redis-cli -p "$port" cluster nodes | awk '$3 ~ /master/ && $3 !~ /fail/ && $9 != "" {n++} END{print n+0}')
+      masters=$(redis-cli -h "$STACK_HOST" -p "$port" cluster nodes | awk '$3 ~ /master/ && $3 !~ /fail/ && $9 != "" {n++} END{print n+0}')
       printf '  masters serving slots: %s; failed nodes seen: %s\n' "$masters" \
-        "$(redis-cli -p "$port" cluster nodes | awk '$3 ~ /fail/ {n++} END{print n+0}')"
+        "$(redis-cli -h "$STACK_HOST" -p "$port" cluster nodes | awk '$3 ~ /fail/ {n++} END{print n+0}')"
       break
     fi
   done
@@ -317,20 +325,20 @@ cmd_status() {
     port=$((KAFKA_BASE_PORT + id - 1))
     if port_open "$port"; then
       if alive "$PID_DIR/kafka-$id.pid"; then
-        printf '  broker %s  127.0.0.1:%s  up (pid %s)\n' "$id" "$port" "$(cat "$PID_DIR/kafka-$id.pid")"
+        printf '  broker %s  %s:%s  up (pid %s)\n' "$id" "$STACK_HOST" "$port" "$(cat "$PID_DIR/kafka-$id.pid")"
       else
-        printf '  broker %s  127.0.0.1:%s  up (not started by this checkout)\n' "$id" "$port"
+        printf '  broker %s  %s:%s  up (not started by this checkout)\n' "$id" "$STACK_HOST" "$port"
       fi
     else
-      printf '  broker %s  127.0.0.1:%s  DOWN\n' "$id" "$port"
+      printf '  broker %s  %s:%s  DOWN\n' "$id" "$STACK_HOST" "$port"
       bad=1
     fi
   done
   echo "MariaDB (log: $LOG_DIR/mariadb.log)"
   if mysql_tcp -e 'SELECT 1' >/dev/null 2>&1; then
-    printf '  127.0.0.1:%s  up  database=%s user=%s\n' "$MYSQL_PORT" "$MYSQL_DATABASE" "$MYSQL_USER"
+    printf '  %s:%s  up  database=%s user=%s\n' "$STACK_HOST" "$MYSQL_PORT" "$MYSQL_DATABASE" "$MYSQL_USER"
   else
-    printf '  127.0.0.1:%s  DOWN\n' "$MYSQL_PORT"
+    printf '  %s:%s  DOWN\n' "$STACK_HOST" "$MYSQL_PORT"
     bad=1
   fi
   if [ $bad = 0 ]; then echo "stack: healthy"; else echo "stack: UNHEALTHY"; fi
@@ -375,9 +383,9 @@ case "${1:-}" in
   down) shift; cmd_down "$@" ;;
   reset) cmd_reset ;;
   env)
-    echo "FLASHCOUPON_REDIS_NODES=$(redis_ports | sed 's/^/127.0.0.1:/' | paste -sd,)"
+    echo "FLASHCOUPON_REDIS_NODES=$(redis_ports | sed "s/^/$STACK_HOST:/" | paste -sd,)"
     echo "FLASHCOUPON_KAFKA_BOOTSTRAP=$(kafka_bootstrap)"
-    echo "FLASHCOUPON_MYSQL_URL=mysql+asyncmy://$MYSQL_USER:$MYSQL_PASSWORD@127.0.0.1:$MYSQL_PORT/$MYSQL_DATABASE"
+    echo "FLASHCOUPON_MYSQL_URL=mysql+asyncmy://$MYSQL_USER:$MYSQL_PASSWORD@$STACK_HOST:$MYSQL_PORT/$MYSQL_DATABASE"
     ;;
   *) echo "usage: $0 install|up [PART...]|status|down [PART...]|reset|env" >&2; exit 2 ;;
 esac

@@ -14,7 +14,7 @@ py="$root/.venv/bin/python"
 mkdir -p "$cache"
 if [[ ! -x "$apiserver" || "$root/k8s/tools/apiserver/go.mod" -nt "$apiserver" ]]; then
   echo "[live] building kube-apiserver (once)"
-  (cd "$root/k8s/tools/apiserver" && nice go build -o "$apiserver" .)
+  (cd "$root/k8s/tools/apiserver" && nice -n 10 go build -o "$apiserver" ./cmd/kube-apiserver)
 fi
 command -v etcd >/dev/null || { apt-get update -q && apt-get install -y -q etcd-server; }
 

@@ -111,7 +111,9 @@ def exec_form(arguments: str) -> list[str]:
 
 
 def dockerfiles() -> list[Path]:
-    return sorted(p for p in ROOT.glob("**/Dockerfile") if ".venv" not in p.parts)
+    # Not under .cache or .stack: image layers there (.cache/k8s/podman) hold copies of them.
+    skip = {".venv", ".cache", ".stack"}
+    return sorted(p for p in ROOT.glob("**/Dockerfile") if not skip & set(p.parts))
 
 
 # ---------------------------------------------------------------- .dockerignore

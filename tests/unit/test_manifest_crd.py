@@ -100,6 +100,7 @@ def test_printer_columns() -> None:
         "Quantity": ".spec.quantity",
         "Issued": ".status.issued",
         "Remaining": ".status.remaining",
+        "Persisted": ".status.persisted",
         "Start": ".spec.startAt",
         "Age": ".metadata.creationTimestamp",
     }

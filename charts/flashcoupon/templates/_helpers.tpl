@@ -272,6 +272,11 @@ spec:
         periodSeconds: 5
         timeoutSeconds: 3
         failureThreshold: 2
+      {{- if $pod.preStopSleepSeconds }}
+      lifecycle:
+        preStop:
+          exec: {command: [sleep, {{ $pod.preStopSleepSeconds | quote }}]}
+      {{- end }}
       {{- end }}
       resources: {{- toYaml $values.resources | nindent 8 }}
       securityContext:

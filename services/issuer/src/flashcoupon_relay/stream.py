@@ -67,6 +67,11 @@ class OutboxStream:
         while not self._shutdown.requested:
             try:
                 if not group_ready:
+                    # After an error the stream may have been deleted with its event (the
+                    # finalizer's DEL comes just before its SREM): recreating the group would
+                    # MKSTREAM an empty outbox of a deleted event that nothing ever removes.
+                    if failures and await self._event_gone():
+                        return
                     await self._ensure_group()
                     group_ready = True
                 if own_pending:
@@ -84,7 +89,10 @@ class OutboxStream:
                     return
                 failures = 0
             except ResponseError as exc:
-                if "NOGROUP" in str(exc) and await self._event_gone():
+                # NOGROUP: the stream was deleted between two calls; UNBLOCKED: while a blocking
+                # XREADGROUP waited on it.
+                gone = "NOGROUP" in str(exc) or "UNBLOCKED" in str(exc)
+                if gone and await self._event_gone():
                     return
                 group_ready = False
                 failures = await self._after_error(exc, failures)

@@ -1,0 +1,15 @@
+// kube-apiserver from the k8s.io/kubernetes module (every staging module pinned to the same
+// release in go.mod), for the dev cluster (scripts/k8s.sh) and k8s/tools/live-operator-check.sh.
+// Only for local clusters and checks; it is never deployed.
+package main
+
+import (
+	"os"
+
+	"k8s.io/component-base/cli"
+	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+)
+
+func main() {
+	os.Exit(cli.Run(app.NewAPIServerCommand()))
+}
