@@ -93,10 +93,6 @@ bench: stack-up ## every benchmark plus the end-to-end burst, one table
 crd-check: ## validate the CouponEvent CRD and examples with the API server's code (needs Go)
 	k8s/tools/crdcheck.sh
 
-.PHONY: operator-live-check
-operator-live-check: stack-up ## CRD + kopf operator against a real kube-apiserver (needs Go, kubectl)
-	k8s/tools/live-operator-check.sh
-
 # ---------------------------------------------------------------- deployment (docs/deploy.md)
 
 HELM := .cache/bin/helm

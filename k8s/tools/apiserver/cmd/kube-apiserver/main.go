@@ -1,5 +1,5 @@
 // kube-apiserver from the k8s.io/kubernetes module (every staging module pinned to the same
-// release in go.mod), for the dev cluster (scripts/k8s.sh) and k8s/tools/live-operator-check.sh.
+// release in go.mod), for the dev cluster (scripts/k8s.sh).
 // Only for local clusters and checks; it is never deployed.
 package main
 
