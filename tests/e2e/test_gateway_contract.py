@@ -13,8 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.support.gateway import assert_problem, bearer, provision
 from tests.support.names import random_name
-from tests.support.ports import free_port
-from tests.support.processes import BIN, Proc, gateway_proc, issuer_proc
+from tests.support.processes import Proc, gateway_proc, issuer_proc, wallet_proc
 from tests.support.stack import Stack
 from tests.support.wallet import add_coupon, add_event
 
@@ -28,12 +27,7 @@ def issuer(stack: Stack) -> Iterator[Proc]:
 
 @pytest.fixture
 def gateway(stack: Stack, issuer: Proc, mysql_url: str, kafka_topic: str) -> Iterator[Proc]:
-    env = {
-        **stack.env(),
-        "FLASHCOUPON_MYSQL_URL": mysql_url,
-        "FLASHCOUPON_WALLET_REDEEMED_TOPIC": kafka_topic,
-    }
-    wallet = Proc([str(BIN / "flashcoupon-wallet")], env, free_port()).start()
+    wallet = wallet_proc(stack, mysql_url, kafka_topic).start()
     gw = gateway_proc(stack, issuer.url, wallet_url=wallet.url).start()
     try:
         yield gw

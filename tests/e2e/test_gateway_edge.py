@@ -23,7 +23,7 @@ from tests.support.gateway import assert_problem, bearer, provision, token
 from tests.support.metrics import scraped
 from tests.support.names import random_name
 from tests.support.ports import free_port
-from tests.support.processes import BIN, Proc, gateway_proc
+from tests.support.processes import BIN, Proc, gateway_proc, wallet_proc
 from tests.support.stack import Stack
 from tests.support.wallet import add_coupon, add_event
 
@@ -112,15 +112,7 @@ async def test_non_ascii_user_ids_are_distinct_users_stored_exactly(
 
 @pytest.fixture
 def wallet_gateway(stack: Stack, mysql_url: str, kafka_topic: str) -> Iterator[Proc]:
-    wallet = Proc(
-        [str(BIN / "flashcoupon-wallet")],
-        {
-            **stack.env(),
-            "FLASHCOUPON_MYSQL_URL": mysql_url,
-            "FLASHCOUPON_WALLET_REDEEMED_TOPIC": kafka_topic,
-        },
-        free_port(),
-    ).start()
+    wallet = wallet_proc(stack, mysql_url, kafka_topic).start()
     gateway = gateway_proc(stack, "http://127.0.0.1:9", wallet_url=wallet.url).start()
     try:
         yield gateway

@@ -10,24 +10,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.support.gateway import assert_problem, bearer
 from tests.support.names import random_name
-from tests.support.processes import BIN, Proc, gateway_proc
+from tests.support.processes import Proc, gateway_proc, wallet_proc
 from tests.support.stack import Stack
 from tests.support.wallet import add_coupon, add_event
 
 
 @pytest.fixture
 def wallet_and_gateway(stack: Stack, mysql_url: str, kafka_topic: str) -> Iterator[Proc]:
-    from tests.support.ports import free_port
-
-    wallet = Proc(
-        [str(BIN / "flashcoupon-wallet")],
-        {
-            **stack.env(),
-            "FLASHCOUPON_MYSQL_URL": mysql_url,
-            "FLASHCOUPON_WALLET_REDEEMED_TOPIC": kafka_topic,
-        },
-        free_port(),
-    ).start()
+    wallet = wallet_proc(stack, mysql_url, kafka_topic).start()
     # The issuer is not needed here; its URL only has to be well-formed.
     gateway = gateway_proc(stack, "http://127.0.0.1:9", wallet_url=wallet.url).start()
     try:

@@ -81,6 +81,16 @@ def issuer_proc(stack: Stack, port: int | None = None) -> Proc:
     return Proc([str(BIN / "flashcoupon-issuer")], stack.env(), port or free_port())
 
 
+def wallet_proc(stack: Stack, mysql_url: str, redeemed_topic: str) -> Proc:
+    """The wallet on a test's own database and coupon-redeemed topic."""
+    env = {
+        **stack.env(),
+        "FLASHCOUPON_MYSQL_URL": mysql_url,
+        "FLASHCOUPON_WALLET_REDEEMED_TOPIC": redeemed_topic,
+    }
+    return Proc([str(BIN / "flashcoupon-wallet")], env, free_port())
+
+
 def gateway_proc(stack: Stack, issuer_urls: str, **env: str) -> Proc:
     full = {
         **stack.env(),
