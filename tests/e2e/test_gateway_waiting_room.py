@@ -21,12 +21,14 @@ from flashcoupon_common import event_state
 
 from tests.support.gateway import assert_problem, bearer, provision
 from tests.support.names import random_name
+from tests.support.polling import wait_until
 from tests.support.processes import Proc, gateway_proc, issuer_proc
 from tests.support.stack import Stack
 
 # The bound a queued shopper waits, after the last coupon went, to hear about it. The old
-# behaviour was up to the time the queue needed to reach the ticket (35 s in the report).
-SOLD_OUT_REACHES_TICKETS_S = 2.0
+# behaviour was up to the time the queue needed to reach the ticket (35 s in the report); the
+# announcement usually lands in tens of ms, but a loaded 2-core CI machine needs headroom.
+SOLD_OUT_REACHES_TICKETS_S = 5.0
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +116,8 @@ async def test_a_sell_out_reaches_every_ticket_at_once_and_closes_the_room(
     stream: list[tuple[str, Any]] = []
     sse = asyncio.create_task(sse_events(client, queued[last]["statusUrl"], last, stream))
     try:
-        await asyncio.sleep(0.5)
-        assert not sse.done() and stream and stream[-1][0] == "position", stream
+        await wait_until(lambda: bool(stream), within=15, what="the ticket's first SSE event")
+        assert not sse.done() and stream[-1][0] == "position", stream
 
         await sell_out_at_the_issuer(issuer, eid, spec.quantity)
         sold_at = time.monotonic()

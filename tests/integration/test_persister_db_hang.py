@@ -109,7 +109,7 @@ async def test_write_timeout_discards_the_connection(stack: Stack) -> None:
                 took = time.monotonic() - started
             finally:
                 rig.db.thaw()
-            assert 1.0 <= took < 2.0, took
+            assert 1.0 <= took < 5.0, took  # the 1 s timeout, not the freeze (slack: busy CI)
             # The connection it was using is gone, not back in the pool mid-transaction.
             assert invalidated
             assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
