@@ -10,8 +10,8 @@ from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, SettingsError
 from flashcoupon_persister.consumer import STALL_GRACE_S, decode_all, is_stalled
 from flashcoupon_persister.dlq import DeadLetter, dlq_headers
+from flashcoupon_persister.rows import judge, to_row, utc_text
 from flashcoupon_persister.settings import PersisterSettings
-from flashcoupon_persister.writer import judge, to_row, utc_text
 
 from tests.support.env import LOCAL
 
