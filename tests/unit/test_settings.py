@@ -106,6 +106,7 @@ DEFAULTS: dict[type, dict[str, Any]] = {
         "events": (),
         "host": "127.0.0.1",
         "port": 8084,
+        "log_level": "INFO",
     },
     PersisterSettings: {
         "kafka": {"bootstrap": "127.0.0.1:19092"},
@@ -158,7 +159,7 @@ VARIABLES: dict[type, tuple[str, ...]] = {
         REDIS, KAFKA, "CONSUMER", "TOPIC", "DLQ_TOPIC", "BATCH_SIZE", "BLOCK_MS", "LINGER_MS",
         "CLAIM_IDLE_MS", "CLAIM_INTERVAL_MS", "REGISTRY_REFRESH_MS", "METRICS_INTERVAL_MS",
         "DELIVERY_TIMEOUT_MS", "BACKOFF_BASE_MS", "BACKOFF_MAX_MS", "SHUTDOWN_GRACE_MS",
-        "FORGET_CONSUMER_MS", "EVENTS", "HOST", "PORT",
+        "FORGET_CONSUMER_MS", "EVENTS", "HOST", "PORT", "LOG_LEVEL",
     ),
     PersisterSettings: (
         KAFKA, MYSQL, "GROUP_ID", "TOPIC", "DLQ_TOPIC", "MAX_BATCH", "MAX_WAIT_MS",

@@ -8,7 +8,6 @@ finishes its in-flight batches, flushes and stops the producer, then the process
 from __future__ import annotations
 
 import argparse
-import os
 
 import uvicorn
 from flashcoupon_common.logsetup import configure_logging
@@ -23,8 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=None, help=f"bind address ({PREFIX}HOST)")
     parser.add_argument("--port", type=int, default=None, help=f"metrics port ({PREFIX}PORT)")
     args = parser.parse_args(argv)
-    configure_logging("relay", os.environ.get(PREFIX + "LOG_LEVEL", "INFO"))
     settings = settings_or_exit("flashcoupon-relay", RelaySettings.from_env)
+    configure_logging("relay", settings.log_level)
     host = args.host or settings.host
     port = args.port or settings.port
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)

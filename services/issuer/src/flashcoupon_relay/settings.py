@@ -58,6 +58,7 @@ class RelaySettings(FromEnv):
     events: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8084
+    log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         if self.block_ms >= 5_000:
