@@ -26,6 +26,7 @@ from flashcoupon_common.settings import (
 )
 from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_issuer.settings import IssuerSettings
+from flashcoupon_operator.__main__ import OperatorSettings
 from flashcoupon_persister.settings import PersisterSettings
 from flashcoupon_relay.settings import RelaySettings
 from flashcoupon_wallet.settings import WalletSettings
@@ -137,6 +138,13 @@ DEFAULTS: dict[type, dict[str, Any]] = {
         "publish_drain_seconds": 5.0,
         "log_level": "INFO",
     },
+    OperatorSettings: {
+        "redis": {"nodes": LOCAL_NODES},
+        "mysql": {"url": LOCAL_MYSQL},
+        "namespace": None,
+        "liveness": "http://0.0.0.0:8085/healthz",
+        "metrics_port": 8086,
+    },
 }
 
 REDIS, KAFKA, MYSQL = "REDIS_NODES", "KAFKA_BOOTSTRAP", "MYSQL_URL"
@@ -170,6 +178,7 @@ VARIABLES: dict[type, tuple[str, ...]] = {
         MYSQL, KAFKA, "HOST", "PORT", "REDEEMED_TOPIC", "DB_POOL_SIZE", "MAX_BODY_BYTES",
         "PUBLISH_BATCH", "PUBLISH_POLL_SECONDS", "PUBLISH_DRAIN_SECONDS", "LOG_LEVEL",
     ),
+    OperatorSettings: (REDIS, MYSQL, "NAMESPACE", "LIVENESS", "METRICS_PORT"),
 }  # fmt: skip
 
 
