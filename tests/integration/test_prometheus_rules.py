@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from flashcoupon_loadtest import observe
+from flashcoupon_loadtest import prometheus, queries
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests" / "promtool" / "flashcoupon.rules.test.yaml"
@@ -23,11 +23,11 @@ TESTS = ROOT / "tests" / "promtool" / "flashcoupon.rules.test.yaml"
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    return observe.ensure_prometheus()[1]
+    return prometheus.ensure_prometheus()[1]
 
 
 def alerts() -> list[dict[str, object]]:
-    groups = yaml.safe_load(observe.RULES.read_text())["groups"]
+    groups = yaml.safe_load(prometheus.RULES.read_text())["groups"]
     return [r for g in groups for r in g["rules"] if "alert" in r]
 
 
@@ -38,7 +38,7 @@ def run(promtool: str, *args: str, cwd: Path = ROOT) -> str:
 
 
 def test_promtool_checks_the_rules_the_chart_ships(promtool: str) -> None:
-    assert "SUCCESS" in run(promtool, "check", "rules", str(observe.RULES))
+    assert "SUCCESS" in run(promtool, "check", "rules", str(prometheus.RULES))
 
 
 def test_promtool_unit_tests_pass(promtool: str) -> None:
@@ -71,8 +71,8 @@ def test_every_alert_links_to_a_runbook_that_says_what_to_do() -> None:
 def test_every_dashboard_query_is_valid_promql(promtool: str, tmp_path: Path) -> None:
     variables = {"namespace": "shop", "event": "bf-2026", "datasource": "prometheus"}
     rules = [
-        {"record": f"dashboard:query_{i}", "expr": observe.substitute(q.expr, variables)}
-        for i, q in enumerate(observe.dashboard_queries())
+        {"record": f"dashboard:query_{i}", "expr": queries.substitute(q.expr, variables)}
+        for i, q in enumerate(queries.dashboard_queries())
     ]
     path = tmp_path / "dashboards.rules.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))

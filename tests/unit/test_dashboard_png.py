@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flashcoupon_loadtest import dashboard_png, observe
+from flashcoupon_loadtest import dashboard_png, queries
 
 
 def test_every_panel_is_drawn_from_its_own_queries(tmp_path: Path) -> None:
@@ -20,10 +20,10 @@ def test_every_panel_is_drawn_from_its_own_queries(tmp_path: Path) -> None:
     out = tmp_path / "dashboard.png"
     variables = {"namespace": "local", "event": "bf", "datasource": "prometheus"}
     drawn = dashboard_png.render(
-        observe.DASHBOARDS / "drop-overview.json", out, query_range, start=1000.0, end=1060.0,
-        substitute=lambda e: observe.substitute(e, variables, "4s", "60s"),
+        queries.DASHBOARDS / "drop-overview.json", out, query_range, start=1000.0, end=1060.0,
+        substitute=lambda e: queries.substitute(e, variables, "4s", "60s"),
     )  # fmt: skip
-    panels = [q for q in observe.dashboard_queries() if q.key.startswith("flashcoupon-drop/")]
+    panels = [q for q in queries.dashboard_queries() if q.key.startswith("flashcoupon-drop/")]
     assert len(asked) == len(panels)
     assert all("$" not in e for e in asked), "every variable substituted"
     assert all('event=~"bf"' in e for e in asked if "issuance_total" in e)

@@ -154,10 +154,10 @@ def test_bench_table_picks_rates_latencies_and_ratios() -> None:
 
 
 def test_demo_drain_figures_from_pipeline_samples() -> None:
-    from flashcoupon_loadtest.demo import _all_persisted_at, _persisted_after
+    from flashcoupon_loadtest.demo_report import all_persisted_at, persisted_after
 
     samples = [(1.0, 10, 5), (2.0, 20, 19), (3.0, 20, 20), (4.0, 20, 20)]  # (t, issued, rows)
-    assert _all_persisted_at(samples) == 3.0
+    assert all_persisted_at(samples) == 3.0
     records = [rec(0.5, 0.1), rec(0.6, 0.2)]
-    assert _persisted_after({"sell_out_seconds": 1.5}, records, samples) == pytest.approx(1.0)
-    assert _persisted_after({"sell_out_seconds": None}, records, samples) is None
+    assert persisted_after({"sell_out_seconds": 1.5}, records, samples) == pytest.approx(1.0)
+    assert persisted_after({"sell_out_seconds": None}, records, samples) is None

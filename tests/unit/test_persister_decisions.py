@@ -10,8 +10,8 @@ from flashcoupon_common.messages import CouponIssued, Discount
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, SettingsError
 from flashcoupon_persister.consumer import STALL_GRACE_S, decode_all, is_stalled
 from flashcoupon_persister.dlq import DeadLetter, dlq_headers
+from flashcoupon_persister.rows import judge, to_row, utc_text
 from flashcoupon_persister.settings import PersisterSettings
-from flashcoupon_persister.writer import judge, to_row, utc_text
 
 from tests.support.env import LOCAL
 
@@ -121,7 +121,7 @@ def test_settings_from_env_and_validation() -> None:
     with pytest.raises(SettingsError, match="DLQ_TOPIC"):
         PersisterSettings(
             KafkaSettings("k:1"), MysqlSettings("mysql+asyncmy://x"), dlq_topic="coupon-issued"
-        ).validate()
+        )
 
 
 @pytest.mark.parametrize(("value", "expected"), [("", 5.0), ("0.5", 0.5), ("30", 30.0)])

@@ -36,24 +36,19 @@ from flashcoupon_common.kafka_admin import create_topics, delete_topics
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSettings
 
-from flashcoupon_loadtest import driver, observe
+from flashcoupon_loadtest import driver, observe, prometheus
+from flashcoupon_loadtest.demo_report import drop_report, progress_line, replay_check
 from flashcoupon_loadtest.drop import (
     DEFAULT_MANIFEST,
     PipelineWatch,
     couponctl_apply,
     demo_manifest,
 )
-from flashcoupon_loadtest.invariants import Check, all_passed, check_event
+from flashcoupon_loadtest.invariants import check_event
 from flashcoupon_loadtest.localrun import LocalServices, stack_env
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
-from flashcoupon_loadtest.stats import (
-    ISSUED,
-    retry_mismatches,
-    split_retry_mismatches,
-    summarize,
-    time_series,
-)
+from flashcoupon_loadtest.stats import ISSUED
 from flashcoupon_loadtest.tokens import DEFAULT_AUDIENCE, DEMO_SECRET
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -110,23 +105,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def _progress(watch: PipelineWatch, quantity: int) -> driver.Progress:
-    tty = sys.stdout.isatty()
-    last = [0, 0.0]
-
-    def show(answers: int, issued: int, seconds: float) -> None:
-        rate = (answers - last[0]) / max(1e-6, seconds - last[1])
-        last[0], last[1] = answers, seconds
-        persisted = watch.last[2]
-        line = (
-            f"  [{seconds:6.1f}s] answers {answers:>9,} ({rate:>7,.0f}/s)  issued "
-            f"{issued:>7,}/{quantity:,}  persisted {persisted:>7,}"
-        )
-        print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
-
-    return show
-
-
 async def run(args: argparse.Namespace) -> int:
     t_begin = time.time()
     stamp = datetime.now(UTC).strftime("%H%M%S")
@@ -139,7 +117,7 @@ async def run(args: argparse.Namespace) -> int:
     redis = create_redis_cluster(RedisSettings.from_env(env))
     engine = create_engine(MysqlSettings.from_env(env), pool_size=2)
     services: LocalServices | None = None
-    prom: observe.Prometheus | None = None
+    prom: prometheus.Prometheus | None = None
     try:
         if not args.target:
             await create_topics(kafka.bootstrap, topic, partitions=6)
@@ -157,7 +135,7 @@ async def run(args: argparse.Namespace) -> int:
                     },
                 },
             )
-            prom = _start_prometheus(services) if args.prometheus else None
+            prom = prometheus.scrape_local(services) if args.prometheus else None
             print(f"starting services (logs in {services.log_dir}) ...", flush=True)
             t0 = time.time()
             try:
@@ -230,7 +208,7 @@ async def _drop(
             targets,
             processes=args.processes,
             start_at=start_at.timestamp() + 0.05,
-            progress=_progress(watch, args.coupons),
+            progress=progress_line(watch, args.coupons),
             stop=stop,
         )
     except asyncio.CancelledError:
@@ -239,7 +217,6 @@ async def _drop(
     if sys.stdout.isatty():
         print()
     records = result.records
-    burst_end = max(r.t_end for r in records)
     await watch.stop()
     print(
         f"waiting for the pipeline to drain (MySQL rows = Redis issued, "
@@ -251,18 +228,7 @@ async def _drop(
     answers = [(r.user, r.coupon) for r in records if r.code == ISSUED]
     demand = len({r.user for r in records if r.code in DECISIONS})
     checks = await check_event(redis, engine, event_id, demand=demand, answers=answers)
-    contradicted, stale = split_retry_mismatches(retry_mismatches(records))
-    checks.append(
-        Check(
-            6,
-            "Idempotency-Key replays never get DUPLICATE or another coupon",
-            not contradicted,
-            f"{sum(1 for r in records if r.kind == 'retry'):,} replays, {len(contradicted)} "
-            f"contradicted the first answer; {len(stale)} answered a stale SOLD_OUT "
-            "(replay reached another issuer after the sell-out; the coupon is held)",
-            [f"{u} was issued {c}, replay got {got}" for u, c, got in (contradicted + stale)[:5]],
-        )
-    )
+    checks.append(replay_check(records))
     if draw_dashboard is not None:
         # Before the cleanup: deleting the event makes the services drop its series.
         await asyncio.to_thread(draw_dashboard)
@@ -270,33 +236,19 @@ async def _drop(
         from flashcoupon_common.event_state import delete_state
 
         await delete_state(redis, event_id)
-    passed = all_passed(checks)
-    summary = summarize(records, quantity=args.coupons)
-    report = {
-        "event_id": event_id,
-        "started": datetime.fromtimestamp(t_begin, UTC).isoformat(),
-        "users": args.users,
-        "coupons": args.coupons,
-        "concurrency": args.concurrency,
-        "processes": args.processes,
-        "targets": targets,
-        "summary": summary,
-        "burst_seconds": burst_end - min(r.t_start for r in records),
-        # From the last answer until MySQL held everything (0 when it already did by then).
-        "drain_seconds": None
-        if drained_at is None
-        else max(0.0, _all_persisted_at(watch.samples) - burst_end),
-        "persisted_after_sell_out_seconds": _persisted_after(summary, records, watch.samples),
-        "redis_issued": redis_issued,
-        "persisted": persisted,
-        "driver_cpu_seconds": result.cpu_seconds,
-        "wall_seconds": time.time() - t_begin,
-        "invariants": [c.to_json() for c in checks],
-        "passed": passed,
-        "pipeline": watch.samples,  # (wall time, Redis issued, MySQL rows)
-        "series": time_series(records, bucket=0.1),
-        "args": {k: str(v) for k, v in vars(args).items()},
-    }
+    report = drop_report(
+        args,
+        event_id=event_id,
+        t_begin=t_begin,
+        targets=targets,
+        records=records,
+        driver_cpu_seconds=result.cpu_seconds,
+        samples=watch.samples,
+        drained=drained_at is not None,
+        redis_issued=redis_issued,
+        persisted=persisted,
+        checks=checks,
+    )
     print(format_report(report, checks))
     args.results_dir.mkdir(parents=True, exist_ok=True)
     json_path, png_path = args.results_dir / "demo.json", args.results_dir / "demo.png"
@@ -309,21 +261,11 @@ async def _drop(
         title=f"{event_id}: {args.users:,} shoppers, {args.coupons:,} coupons",
     )
     print(f"report {json_path}\nplot   {png_path}")
-    return 0 if passed else 1
-
-
-def _start_prometheus(services: LocalServices) -> observe.Prometheus | None:
-    """A private Prometheus scraping the services (1 s), or None when it cannot run here."""
-    try:
-        binary, _ = observe.ensure_prometheus()
-        return observe.Prometheus(observe.targets_of(services)).start(binary)
-    except (OSError, RuntimeError) as exc:
-        print(f"  no Prometheus, no dashboard.png: {exc}".splitlines()[0])
-        return None
+    return 0 if report["passed"] else 1
 
 
 def _draw_dashboard(
-    prom: observe.Prometheus, args: argparse.Namespace, event_id: str, start_at: datetime
+    prom: prometheus.Prometheus, args: argparse.Namespace, event_id: str, start_at: datetime
 ) -> None:
     time.sleep(2)  # the last scrapes after the drain
     png = args.results_dir / "dashboard.png"
@@ -333,22 +275,6 @@ def _draw_dashboard(
         subtitle=title,
     )  # fmt: skip
     print(f"dashboard {png} (drop overview from Prometheus, {drawn} panels with data)")
-
-
-def _persisted_after(
-    summary: dict[str, Any], records: list[Any], samples: list[tuple[float, int, int]]
-) -> float | None:
-    """Seconds from the last coupon's answer until MySQL held every issued coupon."""
-    if summary["sell_out_seconds"] is None or not samples:
-        return None
-    sold_out_at = min(r.t_start for r in records) + float(summary["sell_out_seconds"])
-    return float(max(0.0, float(_all_persisted_at(samples)) - sold_out_at))
-
-
-def _all_persisted_at(samples: list[tuple[float, int, int]]) -> float:
-    """When MySQL first held as many rows as Redis finally issued (the last sample if never)."""
-    final = samples[-1][1]
-    return next((t for t, _, persisted in samples if persisted >= final), samples[-1][0])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,9 @@ exception through the context manager) sends SIGTERM, then SIGKILL after a grace
 exactly the processes it started. The gateways round-robin over both issuers themselves
 (FLASHCOUPON_GATEWAY_ISSUER_URLS), so no local load balancer is needed in front of issuers;
 the load driver spreads its connections over both gateways.
+
+Over 300 lines on purpose: half of it is `LocalServices`, whose start, readiness wait and
+stop must see one list of the processes it started (so it never stops anything else).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ API at that moment. Each must return data, unless ALLOWED says why it legitimate
 rule names must be in the scrape, unless ABSENT says why. Alerts compare one series with a
 number (see the rules file), so their measured series is evaluated and reported too.
 
+The Prometheus process is flashcoupon_loadtest.prometheus; the queries, and judging their
+answers, flashcoupon_loadtest.queries; this module is the run that connects them.
+
 The subtle part is time: queries are evaluated at `at`, the moment the pipeline drained while
 every service was still up, so stopping the services (their series go stale) changes nothing.
 """
@@ -22,35 +25,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
-import re
 import secrets
-import shutil
-import signal
-import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import yaml
+from flashcoupon_loadtest.localrun import ROOT, LocalServices, stack_env
+from flashcoupon_loadtest.prometheus import (
+    NAMESPACE,
+    STATE,
+    Prometheus,
+    ensure_prometheus,
+    targets_of,
+)
+from flashcoupon_loadtest.queries import (
+    DASHBOARDS,
+    Outcome,
+    alert_states,
+    dashboard_queries,
+    evaluate,
+    metric_names_in,
+    rule_queries,
+    scraped_as,
+    substitute,
+)
 
-from flashcoupon_loadtest.localrun import ROOT, LocalServices, free_port, stack_env
-
-RULES = ROOT / "charts" / "flashcoupon" / "rules" / "flashcoupon.rules.yaml"
-DASHBOARDS = ROOT / "charts" / "flashcoupon" / "dashboards"
-STATE = ROOT / ".stack" / "observe"
 RESULTS = ROOT / "loadtest" / "results"
-NAMESPACE = "local"  # the `namespace` target label of the local run
-# What Grafana would substitute; $__rate_interval at a 1 s scrape would be 4 s: a minute keeps
-# the short burst inside every window when the queries run after the drain.
-RATE_INTERVAL, RANGE = "1m", "5m"
 
 _OPERATOR = (
     "the operator needs a Kubernetes API server and the local run has none; its metrics are "
@@ -83,269 +88,6 @@ ABSENT: dict[str, str] = {
     "flashcoupon_operator_event_issued": _OPERATOR,
     "flashcoupon_operator_event_persisted": _OPERATOR,
 }
-_METRIC = re.compile(r"\b(flashcoupon_[a-z_]*[a-z])\b")
-_COMPARISON = re.compile(r"^(?P<lhs>.+?)\s*(?P<op>>=|<=|==|!=|>|<)\s*(?P<num>-?[0-9.]+)\s*$", re.S)
-
-
-# ---------------------------------------------------------------- Prometheus, installed and run
-
-
-def ensure_prometheus() -> tuple[str, str]:
-    """Paths of `prometheus` and `promtool`; apt-get installs Debian's package when missing."""
-    found = shutil.which("prometheus"), shutil.which("promtool")
-    if all(found):
-        return found[0] or "", found[1] or ""
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [*sudo, "apt-get", "install", "-y", "-q", "--no-install-recommends", "prometheus"]
-    print("[observe] installing Debian prometheus (includes promtool) ...", flush=True)
-    if subprocess.run(install, env=env, capture_output=True, check=False).returncode != 0:
-        subprocess.run(
-            [*sudo, "apt-get", "update", "-q"], env=env, capture_output=True, check=False
-        )
-        done = subprocess.run(install, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"apt-get install prometheus failed:\n{done.stderr[-2000:]}")
-    prom, tool = shutil.which("prometheus"), shutil.which("promtool")
-    if not (prom and tool):
-        raise RuntimeError("prometheus installed but not on PATH")
-    return prom, tool
-
-
-@dataclass(frozen=True)
-class Target:
-    job: str  # e.g. flashcoupon-gateway (the rules' TargetDown matches job=~".*flashcoupon.*")
-    address: str  # host:port serving /metrics
-
-
-def targets_of(services: LocalServices) -> list[Target]:
-    return [
-        Target(f"flashcoupon-{s.name.rsplit('-', 1)[0]}", f"127.0.0.1:{s.port}")
-        for s in services.services
-    ]
-
-
-@dataclass
-class Prometheus:
-    """A private Prometheus: own port, config and data dir; only 127.0.0.1 traffic."""
-
-    targets: Sequence[Target]
-    workdir: Path = STATE
-    rule_files: Sequence[Path] = (RULES,)
-    interval: str = "1s"
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    _log: IO[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def config(self) -> dict[str, Any]:
-        jobs: dict[str, list[str]] = {}
-        for t in self.targets:
-            jobs.setdefault(t.job, []).append(t.address)
-        return {
-            "global": {"scrape_interval": self.interval, "evaluation_interval": self.interval},
-            "rule_files": [str(p) for p in self.rule_files],
-            "scrape_configs": [
-                {
-                    "job_name": job,
-                    # As the chart's ServiceMonitor: the services' own `service` label wins.
-                    "honor_labels": True,
-                    "static_configs": [{"targets": addrs, "labels": {"namespace": NAMESPACE}}],
-                }
-                for job, addrs in jobs.items()
-            ],
-        }
-
-    def start(self, binary: str, timeout: float = 30.0) -> Prometheus:
-        data = self.workdir / f"data-{self.port}"
-        shutil.rmtree(data, ignore_errors=True)
-        data.mkdir(parents=True)
-        config = self.workdir / f"prometheus-{self.port}.yml"
-        config.write_text(yaml.safe_dump(self.config(), sort_keys=False))
-        self._log = open(self.workdir / f"prometheus-{self.port}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={data}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1h",
-                "--log.level=warn",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.proc.returncode}: see {config}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"prometheus on {self.url} not ready after {timeout:.0f}s")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        shutil.rmtree(self.workdir / f"data-{self.port}", ignore_errors=True)
-
-    def api(self, path: str, **params: str | float) -> Any:
-        query = urllib.parse.urlencode({k: str(v) for k, v in params.items()})
-        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as r:
-            body = json.load(r)
-        if body.get("status") != "success":
-            raise RuntimeError(f"{path} {params}: {body}")
-        return body["data"]
-
-    def query(self, expr: str, at: float) -> list[dict[str, Any]]:
-        return list(self.api("query", query=expr, time=at)["result"])
-
-    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        return list(self.api("query_range", query=expr, start=start, end=end, step=step)["result"])
-
-    def metric_names(self) -> set[str]:
-        return set(self.api("label/__name__/values"))
-
-    def wait_scraped(self, n: int, timeout: float = 30.0) -> None:
-        """Until `n` targets are up (each has been scraped at least once)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            up = self.query("sum(up)", time.time())
-            if up and float(up[0]["value"][1]) >= n:
-                return
-            time.sleep(0.5)
-        raise TimeoutError(f"fewer than {n} targets up after {timeout:.0f}s")
-
-
-# ---------------------------------------------------------------- what is evaluated
-
-
-@dataclass(frozen=True)
-class Query:
-    key: str  # "<dashboard uid>/<panel title>/<refId>", "rule/<record>" or "alert/<name>"
-    expr: str  # as written in the dashboard or rule
-    threshold: str = ""  # alerts: "> 0.1" (their measured series is `expr`)
-
-
-def substitute(
-    expr: str, variables: Mapping[str, str], rate_interval: str = RATE_INTERVAL, range_: str = RANGE
-) -> str:
-    out = expr.replace("$__rate_interval", rate_interval).replace("$__range", range_)
-    for name, value in variables.items():
-        out = out.replace(f"${{{name}}}", value).replace(f"${name}", value)
-    return out
-
-
-def dashboard_queries(directory: Path = DASHBOARDS) -> Iterator[Query]:
-    for path in sorted(directory.glob("*.json")):
-        board = json.loads(path.read_text())
-        for panel in board["panels"]:
-            for target in panel.get("targets", ()):
-                yield Query(f"{board['uid']}/{panel['title']}/{target['refId']}", target["expr"])
-
-
-def rule_queries(path: Path = RULES) -> Iterator[Query]:
-    for group in yaml.safe_load(path.read_text())["groups"]:
-        for rule in group["rules"]:
-            if "record" in rule:
-                yield Query(f"rule/{rule['record']}", rule["expr"].strip())
-                continue
-            m = _COMPARISON.match(rule["expr"].strip())
-            if m is None:
-                raise ValueError(f"{rule['alert']}: expr is not `<series> <op> <number>`")
-            yield Query(f"alert/{rule['alert']}", m["lhs"], f"{m['op']} {m['num']}")
-
-
-def metric_names_in(exprs: Iterable[str]) -> set[str]:
-    names = set()
-    for expr in exprs:
-        names |= {re.sub(r"_(bucket|sum|count)$", "", n) for n in _METRIC.findall(expr)}
-        if re.search(r"\bup\{", expr):
-            names.add("up")
-    return names
-
-
-@dataclass
-class Outcome:
-    query: Query
-    series: int
-    sample: str  # "label=value … = value" of the first series, or the allow-list reason
-    ok: bool
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.query.key,
-            "expr": self.query.expr,
-            "threshold": self.query.threshold,
-            "series": self.series,
-            "value": self.sample,
-            "ok": self.ok,
-            "note": self.note,
-        }
-
-
-def _describe(result: list[dict[str, Any]]) -> tuple[int, str, bool]:
-    """(series, the largest value with its labels, whether any value is a number, not NaN)."""
-    real = [r for r in result if not math.isnan(float(r["value"][1]))]
-    if not result:
-        return 0, "no data", False
-    top = max(real, key=lambda r: float(r["value"][1])) if real else result[0]
-    hidden = {"__name__", "namespace", "job", "instance"}
-    labels = ",".join(f"{k}={v}" for k, v in sorted(top["metric"].items()) if k not in hidden)
-    return len(result), f"max {float(top['value'][1]):.4g} {{{labels}}}", bool(real)
-
-
-def evaluate(
-    prom: Prometheus, queries: Iterable[Query], at: float, variables: Mapping[str, str]
-) -> list[Outcome]:
-    outcomes = []
-    for q in queries:
-        result = prom.query(substitute(q.expr, variables), at)
-        series, sample, has_data = _describe(result)
-        reason = ALLOWED.get(q.key)
-        if has_data:
-            note = "allow-listed but returned data" if reason else ""
-            outcomes.append(Outcome(q, series, sample, True, note))
-        else:
-            outcomes.append(
-                Outcome(
-                    q, series, sample if series else "no data", reason is not None, reason or ""
-                )
-            )
-    return outcomes
-
-
-def alert_states(prom: Prometheus) -> dict[str, dict[str, Any]]:
-    """Alert name -> {state, health, lastError} as the rule manager evaluated it."""
-    out = {}
-    for group in prom.api("rules")["groups"]:
-        for rule in group["rules"]:
-            out[rule["name"]] = {k: rule.get(k) for k in ("type", "state", "health", "lastError")}
-    return out
-
-
-def _scraped(metric: str, names: set[str]) -> bool:
-    """A histogram is scraped as <name>_bucket, _sum and _count."""
-    return metric in names or f"{metric}_bucket" in names
-
-
 # ---------------------------------------------------------------- the local run
 
 
@@ -501,11 +243,11 @@ def run_check(
         at = time.time()
         variables = {"namespace": NAMESPACE, "event": event_id, "datasource": "prometheus"}
         queries = [*dashboard_queries(), *rule_queries()]
-        outcomes = evaluate(prom, queries, at, variables)
+        outcomes = evaluate(prom, queries, at, variables, ALLOWED)
         rules = alert_states(prom)
         scraped = prom.metric_names()
         named = metric_names_in(q.expr for q in queries)
-        missing = {m: ABSENT.get(m, "") for m in sorted(named) if not _scraped(m, scraped)}
+        missing = {m: ABSENT.get(m, "") for m in sorted(named) if not scraped_as(m, scraped)}
         if png is not None:
             title = f"observe-check, {users:,} shoppers, {coupons:,} coupons"
             render_drop_overview(

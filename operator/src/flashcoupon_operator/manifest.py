@@ -8,6 +8,9 @@ API server would silently prune a misspelt `perUserLimt`).
 
 YAML timestamps are read as plain strings (the implicit timestamp resolver is removed) so that
 `startAt: 2026-11-27T14:00:00` without an offset is rejected instead of becoming a naive datetime.
+
+Over 300 lines on purpose: one small function per field of the CRD, kept together so that
+this module can be read side by side with the CRD's schema it mirrors.
 """
 
 from __future__ import annotations

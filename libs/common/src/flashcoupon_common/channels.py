@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 logger = logging.getLogger(__name__)
 
-# (channel, event id) of each message, in the order they were published.
-OnMessage = Callable[[str, str], None]
+# (channel, event id) of each message, in the order they were published; a coroutine
+# function is awaited before the next message is read.
+OnMessage = Callable[[str, str], Awaitable[None] | None]
 
 
 async def listen(
@@ -28,7 +30,8 @@ async def listen(
     """Call `on_message` for each message on `channels` until `stop` is set.
 
     Polls with a timeout and checks `stop` rather than relying on cancellation: redis-py's
-    pubsub reader can swallow a CancelledError and keep waiting.
+    pubsub reader can swallow a CancelledError and keep waiting. An error raised by
+    `on_message` is handled as a lost connection: logged, then a reconnect.
     """
     while not stop.is_set():
         node = redis.get_random_node()
@@ -40,7 +43,9 @@ async def listen(
                 message = await pubsub.get_message(timeout=0.5)
                 if message is None or message["type"] != "message":
                     continue
-                on_message(message["channel"].decode(), message["data"].decode())
+                handled = on_message(message["channel"].decode(), message["data"].decode())
+                if inspect.isawaitable(handled):
+                    await handled
         except Exception as exc:  # noqa: BLE001 - logged; the caller's other source covers the gap
             logger.warning("channel listener on %s lost: %r; reconnecting", node.name, exc)
             with contextlib.suppress(asyncio.TimeoutError):

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import http
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,7 @@ from prometheus_client import Counter
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from flashcoupon_common.http import PROBLEM_JSON, TIMED_OUT, problem_body
-from flashcoupon_common.settings import SettingsError, env_float
+from flashcoupon_common.settings import positive, read_env, setting
 
 REJECTED = Counter(
     "flashcoupon_http_rejected_total",
@@ -48,21 +47,13 @@ _FIRST, _HEAD, _BODY, _IDLE = range(4)
 class ServerTimeouts:
     """How long a client may take to send a request's head, and then its body."""
 
-    header_timeout_seconds: float = 10.0
-    body_timeout_seconds: float = 10.0
+    header_timeout_seconds: float = setting(10.0, check=positive)
+    body_timeout_seconds: float = setting(10.0, check=positive)
 
     @classmethod
     def from_env(cls, prefix: str, env: Mapping[str, str] | None = None) -> ServerTimeouts:
-        env = os.environ if env is None else env
-        t = cls(
-            header_timeout_seconds=env_float(env, prefix + "HEADER_TIMEOUT_SECONDS", 10.0),
-            body_timeout_seconds=env_float(env, prefix + "BODY_TIMEOUT_SECONDS", 10.0),
-        )
-        if t.header_timeout_seconds <= 0 or t.body_timeout_seconds <= 0:
-            raise SettingsError(
-                f"{prefix}HEADER_TIMEOUT_SECONDS and {prefix}BODY_TIMEOUT_SECONDS must be > 0"
-            )
-        return t
+        """`prefix` is the service's (FLASHCOUPON_GATEWAY_HEADER_TIMEOUT_SECONDS, ...)."""
+        return read_env(cls, env, prefix)
 
 
 def guarded_protocol(service: str, timeouts: ServerTimeouts) -> Any:

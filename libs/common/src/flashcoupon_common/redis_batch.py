@@ -24,9 +24,9 @@ that connection, so one WAIT covers the whole batch. If fewer replicas acknowled
 each call raises NotReplicatedError carrying its result: the caller decides what an
 unconfirmed write means.
 
-The wire format (RESP, node connections) is in resp.py. What is left here (~330 lines) is one
-class whose queueing, sending, settling and retrying share per-node state; split further it
-would only scatter that state.
+Over 300 lines on purpose: the wire format (RESP, node connections) is already in resp.py, and
+what is left is one class whose queueing, sending, settling and retrying share per-node state;
+split further it would only scatter that state.
 """
 
 from __future__ import annotations

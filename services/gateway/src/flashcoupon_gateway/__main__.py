@@ -11,12 +11,12 @@ import logging
 import os
 
 import uvicorn
-from flashcoupon_common.httpserver import ServerTimeouts, guarded_protocol
+from flashcoupon_common.httpserver import guarded_protocol
 from flashcoupon_common.logsetup import configure_logging
-from flashcoupon_common.settings import SettingsError
+from flashcoupon_common.settings import settings_or_exit
 
 from flashcoupon_gateway.app import create_app
-from flashcoupon_gateway.settings import PREFIX, GatewaySettings
+from flashcoupon_gateway.settings import GatewaySettings
 
 
 def _logging() -> None:
@@ -37,18 +37,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args(argv)
     _logging()
-    try:
-        settings = GatewaySettings.from_env()
-        timeouts = ServerTimeouts.from_env(PREFIX)
-    except SettingsError as exc:
-        raise SystemExit(f"flashcoupon-gateway: {exc}") from None
+    settings = settings_or_exit("flashcoupon-gateway", GatewaySettings.from_env)
     host = args.host or settings.host
     port = args.port or settings.port
     common = {
         "host": host,
         "port": port,
         "loop": "uvloop",
-        "http": guarded_protocol("gateway", timeouts),
+        "http": guarded_protocol("gateway", settings.timeouts),
         "access_log": False,
         "log_config": None,
         "timeout_keep_alive": 30,

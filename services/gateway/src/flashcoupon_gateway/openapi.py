@@ -5,6 +5,9 @@ but every input rule comes from flashcoupon_common.validation, the module that e
 tests/unit/test_gateway_openapi.py checks that every route appears here, that every problem
 code the gateway, issuer and wallet can answer is listed under its status (and nothing else),
 and that docs/openapi.json matches.
+
+Over 300 lines on purpose: it is one document, mostly data (paths, schemas, problem codes);
+split by path it would be harder to compare with the routes and docs/openapi.json.
 """
 
 from __future__ import annotations

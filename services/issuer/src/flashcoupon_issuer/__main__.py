@@ -10,13 +10,13 @@ import argparse
 import os
 
 import uvicorn
-from flashcoupon_common.httpserver import ServerTimeouts, guarded_protocol
+from flashcoupon_common.httpserver import guarded_protocol
 from flashcoupon_common.logsetup import configure_logging
-from flashcoupon_common.settings import SettingsError
+from flashcoupon_common.settings import settings_or_exit
 from starlette.types import ASGIApp
 
 from flashcoupon_issuer.app import create_app
-from flashcoupon_issuer.settings import PREFIX, IssuerSettings
+from flashcoupon_issuer.settings import IssuerSettings
 
 
 def build() -> ASGIApp:
@@ -26,11 +26,7 @@ def build() -> ASGIApp:
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        settings = IssuerSettings.from_env()
-        timeouts = ServerTimeouts.from_env(PREFIX)
-    except SettingsError as exc:
-        raise SystemExit(f"flashcoupon-issuer: {exc}") from None
+    settings = settings_or_exit("flashcoupon-issuer", IssuerSettings.from_env)
     parser = argparse.ArgumentParser(prog="flashcoupon-issuer")
     parser.add_argument("--host", default=settings.host)
     parser.add_argument("--port", type=int, default=settings.port)
@@ -44,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         loop="uvloop",
-        http=guarded_protocol("issuer", timeouts),
+        http=guarded_protocol("issuer", settings.timeouts),
         access_log=False,
         log_config=None,
         backlog=4096,

@@ -10,20 +10,18 @@ it can be.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from flashcoupon_common import keys
+from flashcoupon_common import channels, keys
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
-from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import NoScriptError
 from starlette.applications import Starlette
@@ -62,37 +60,18 @@ def naive_call(redis: RedisCluster) -> ScriptCall:
 async def listen_for_supply(
     redis: RedisCluster, service: IssueService, stop: asyncio.Event
 ) -> None:
-    """Keep the sold-out flags in step with the channels; reconnect to any node on failure.
+    """Keep the sold-out flags in step with the channels (a lost node: the TTL covers the gap)."""
 
-    Polls with a timeout and checks `stop` rather than relying on cancellation: redis-py's
-    pubsub reader can swallow a CancelledError and keep waiting.
-    """
-    while not stop.is_set():
-        node = redis.get_random_node()  # classic pub/sub is broadcast to every cluster node
-        client = Redis(host=node.host, port=int(node.port))
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
-        try:
-            await pubsub.subscribe(keys.SUPPLY_CHANNEL, keys.SOLD_OUT_CHANNEL)
-            while not stop.is_set():
-                message = await pubsub.get_message(timeout=0.5)
-                if message is None or message["type"] != "message":
-                    continue
-                event_id = message["data"].decode()
-                if message["channel"].decode() != keys.SUPPLY_CHANNEL:
-                    service.sold_out.learn(event_id)
-                elif await redis.exists(keys.config_key(event_id)):
-                    service.sold_out.forget(event_id)
-                    metrics.watch_event(event_id)  # its outcome series exist before the doors open
-                else:
-                    service.forget_event(event_id)  # deleted
-        except Exception as exc:  # noqa: BLE001 - logged; the TTL covers the gap
-            logger.warning("supply listener on %s lost: %r; reconnecting", node.name, exc)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(stop.wait(), 1.0)
-        finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-                await client.aclose()
+    async def on_news(channel: str, event_id: str) -> None:
+        if channel != keys.SUPPLY_CHANNEL:
+            service.sold_out.learn(event_id)
+        elif await redis.exists(keys.config_key(event_id)):
+            service.sold_out.forget(event_id)
+            metrics.watch_event(event_id)  # its outcome series exist before the doors open
+        else:
+            service.forget_event(event_id)  # deleted
+
+    await channels.listen(redis, (keys.SUPPLY_CHANNEL, keys.SOLD_OUT_CHANNEL), on_news, stop)
 
 
 def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -> ASGIApp:

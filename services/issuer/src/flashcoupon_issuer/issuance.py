@@ -16,6 +16,10 @@ your coupon", so a shopper answered 503 is remembered (`Unsettled`) and their ne
 to Redis even after the sell-out: the script answers the replay (same key) or DUPLICATE with the
 code (no key). Each call is bounded by the deadline the gateway sends (`call_budget`), so the
 issuer answers before the gateway stops waiting instead of issuing after a gateway 503.
+
+Over 300 lines on purpose: this is the issue hot path, and the reply parsing, the three
+memories (sold out, replays, unsettled) and `IssueService` are read together to follow one
+request; the memories are the seam should it grow (a `memory.py` of ~100 lines).
 """
 
 from __future__ import annotations

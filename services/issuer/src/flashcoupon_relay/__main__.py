@@ -8,17 +8,13 @@ finishes its in-flight batches, flushes and stops the producer, then the process
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 
 import uvicorn
 from flashcoupon_common.logsetup import configure_logging
-from flashcoupon_common.settings import SettingsError
+from flashcoupon_common.settings import settings_or_exit
 
 from flashcoupon_relay.app import create_app, died
 from flashcoupon_relay.settings import PREFIX, RelaySettings
-
-logger = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,12 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=None, help=f"bind address ({PREFIX}HOST)")
     parser.add_argument("--port", type=int, default=None, help=f"metrics port ({PREFIX}PORT)")
     args = parser.parse_args(argv)
-    configure_logging("relay", os.environ.get(PREFIX + "LOG_LEVEL", "INFO"))
-    try:
-        settings = RelaySettings.from_env()
-    except SettingsError as exc:
-        logger.critical("bad configuration: %s", exc)
-        return 2
+    settings = settings_or_exit("flashcoupon-relay", RelaySettings.from_env)
+    configure_logging("relay", settings.log_level)
     host = args.host or settings.host
     port = args.port or settings.port
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flashcoupon_common import topics
 from flashcoupon_common.settings import (
+    FromEnv,
     KafkaSettings,
     RedisSettings,
     SettingsError,
-    env_int,
-    env_str,
+    non_negative,
+    positive,
+    setting,
 )
 
 PREFIX = "FLASHCOUPON_RELAY_"
@@ -31,84 +32,38 @@ def default_consumer_name() -> str:
 
 
 @dataclass(frozen=True)
-class RelaySettings:
+class RelaySettings(FromEnv):
+    prefix = PREFIX
+
     redis: RedisSettings
     kafka: KafkaSettings
-    consumer: str
+    consumer: str = setting(default_factory=default_consumer_name)
     topic: str = topics.COUPON_ISSUED
     dlq_topic: str = topics.COUPON_ISSUED_DLQ
-    batch_size: int = 1000
-    block_ms: int = 1000
-    linger_ms: int = 5
-    claim_idle_ms: int = 30_000
-    claim_interval_ms: int = 5_000
-    registry_refresh_ms: int = 3_000
-    metrics_interval_ms: int = 5_000
-    delivery_timeout_ms: int = 15_000
-    backoff_base_ms: int = 100
-    backoff_max_ms: int = 5_000
-    shutdown_grace_ms: int = 10_000
+    batch_size: int = setting(1000, check=positive)
+    block_ms: int = setting(1000, check=positive)
+    linger_ms: int = setting(5, check=non_negative)
+    claim_idle_ms: int = setting(30_000, check=positive)
+    claim_interval_ms: int = setting(5_000, check=positive)
+    registry_refresh_ms: int = setting(3_000, check=positive)
+    metrics_interval_ms: int = setting(5_000, check=positive)
+    delivery_timeout_ms: int = setting(15_000, check=positive)
+    backoff_base_ms: int = setting(100, check=positive)
+    backoff_max_ms: int = setting(5_000, check=positive)
+    shutdown_grace_ms: int = setting(10_000, check=positive)
     # Consumers with nothing pending and idle this long are removed from the group (dead pods).
-    forget_consumer_ms: int = 3_600_000
+    forget_consumer_ms: int = setting(3_600_000, check=positive)
     # Only these event ids (empty: every event in the registry). For a relay dedicated to a hot
     # event, and for tests on a shared Redis, which must not take other tests' entries.
     events: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8084
+    log_level: str = "INFO"
 
     def __post_init__(self) -> None:
-        positive = (
-            "batch_size",
-            "block_ms",
-            "claim_idle_ms",
-            "claim_interval_ms",
-            "registry_refresh_ms",
-            "metrics_interval_ms",
-            "delivery_timeout_ms",
-            "backoff_base_ms",
-            "backoff_max_ms",
-            "shutdown_grace_ms",
-            "forget_consumer_ms",
-        )
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{PREFIX}{name.upper()} must be > 0")
-        if self.linger_ms < 0:
-            raise SettingsError(f"{PREFIX}LINGER_MS must be >= 0")
         if self.block_ms >= 5_000:
             raise SettingsError(f"{PREFIX}BLOCK_MS must be below the 5000 ms Redis socket timeout")
         if self.backoff_max_ms < self.backoff_base_ms:
             raise SettingsError(f"{PREFIX}BACKOFF_MAX_MS must be >= {PREFIX}BACKOFF_BASE_MS")
         if self.topic == self.dlq_topic:
             raise SettingsError(f"{PREFIX}TOPIC and {PREFIX}DLQ_TOPIC must differ")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RelaySettings:
-        env = os.environ if env is None else env
-        d = cls.__dataclass_fields__
-
-        def num(name: str) -> int:
-            return env_int(env, PREFIX + name.upper(), d[name].default)  # type: ignore[arg-type]
-
-        return cls(
-            redis=RedisSettings.from_env(env),
-            kafka=KafkaSettings.from_env(env),
-            consumer=env_str(env, PREFIX + "CONSUMER", default_consumer_name()),
-            topic=env_str(env, PREFIX + "TOPIC", topics.COUPON_ISSUED),
-            dlq_topic=env_str(env, PREFIX + "DLQ_TOPIC", topics.COUPON_ISSUED_DLQ),
-            batch_size=num("batch_size"),
-            block_ms=num("block_ms"),
-            linger_ms=num("linger_ms"),
-            claim_idle_ms=num("claim_idle_ms"),
-            claim_interval_ms=num("claim_interval_ms"),
-            registry_refresh_ms=num("registry_refresh_ms"),
-            metrics_interval_ms=num("metrics_interval_ms"),
-            delivery_timeout_ms=num("delivery_timeout_ms"),
-            backoff_base_ms=num("backoff_base_ms"),
-            backoff_max_ms=num("backoff_max_ms"),
-            shutdown_grace_ms=num("shutdown_grace_ms"),
-            forget_consumer_ms=num("forget_consumer_ms"),
-            events=tuple(e.strip() for e in env.get(PREFIX + "EVENTS", "").split(",") if e.strip()),
-            host=env_str(env, PREFIX + "HOST", "127.0.0.1"),
-            port=num("port"),
-        )

@@ -7,17 +7,14 @@ committed, then the consumer leaves its group.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 import uvicorn
 from flashcoupon_common.logsetup import configure_logging
-from flashcoupon_common.settings import SettingsError
+from flashcoupon_common.settings import settings_or_exit
 
 from .app import create_app
 from .settings import PersisterSettings
-
-logger = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,11 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="health/metrics port (FLASHCOUPON_PERSISTER_PORT)")
     args = parser.parse_args(argv)
     configure_logging("persister")
-    try:
-        settings = PersisterSettings.from_env()
-    except SettingsError as exc:
-        logger.error("bad configuration: %s", exc)
-        sys.exit(2)
+    settings = settings_or_exit("flashcoupon-persister", PersisterSettings.from_env)
     fatal: list[BaseException] = []
     server: uvicorn.Server | None = None
 

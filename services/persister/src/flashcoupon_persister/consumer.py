@@ -13,6 +13,10 @@ polling (which returns nothing for paused partitions) between retries: the consu
 its group (max.poll.interval) and holds no more than the batches already in flight. A
 database that stops answering becomes such a failure too: the writer's timeout turns the hang
 into WriteTimeout.
+
+Over 300 lines on purpose: most of it is `PersistLoop`, whose fetch, concurrent writes,
+in-order dead-lettering and commits, pausing and stopping share the in-flight queue; the pure
+parts (`decode_all`, `is_stalled`) are small, and DLQ and writes live in their own modules.
 """
 
 from __future__ import annotations

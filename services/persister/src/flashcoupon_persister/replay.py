@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from flashcoupon_common.kafka_producer import idempotent_producer_factory
 from flashcoupon_common.logsetup import configure_logging
-from flashcoupon_common.settings import KafkaSettings
+from flashcoupon_common.settings import KafkaSettings, settings_or_exit
 
 from .settings import PersisterSettings
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--apply", action="store_true", help="re-produce (default: list only)")
     args = parser.parse_args(argv)
     configure_logging("persister-replay")
-    settings = PersisterSettings.from_env()
+    settings = settings_or_exit("flashcoupon_persister.replay", PersisterSettings.from_env)
     report = asyncio.run(
         replay(
             settings.kafka,

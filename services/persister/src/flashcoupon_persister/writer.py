@@ -1,8 +1,9 @@
 """Batch writes of issued coupons into `user_coupons`, exactly once per coupon.
 
-One transaction per batch: a multi-row `INSERT … ON DUPLICATE KEY UPDATE id=id`. The UNIQUE
-constraints (event, user, seq) and (code) make a redelivered record a no-op, while other errors
-(FK, truncation, NULL) still fail loudly — which `INSERT IGNORE` would hide.
+One transaction per batch: a multi-row `INSERT … ON DUPLICATE KEY UPDATE id=id` (the rows and
+the verdict on absorbed ones are in rows.py). The UNIQUE constraints (event, user, seq) and
+(code) make a redelivered record a no-op, while other errors (FK, truncation, NULL) still fail
+loudly — which `INSERT IGNORE` would hide.
 
 The subtle part is telling a true duplicate from a conflict, since the upsert absorbs both.
 The engine is set up without CLIENT_FOUND_ROWS, so the statement's rowcount is the number of
@@ -21,11 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from asyncmy.constants import CLIENT
@@ -35,34 +34,13 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .errors import ErrorKind, classify, mysql_error_code
+from .rows import INSERT_SQL, Rejected, Slot, judge, to_row
 
 logger = logging.getLogger(__name__)
 
-Slot = tuple[str, str, int]  # (event_id, user_id, seq)
-
-COLUMNS = (
-    "event_id",
-    "user_id",
-    "seq",
-    "code",
-    "tier",
-    "discount_type",
-    "amount",
-    "percent",
-    "max_amount",
-    "issued_at",
-    "expires_at",
-    "request_id",
-)
-INSERT_SQL = (
-    f"INSERT INTO user_coupons ({', '.join(COLUMNS)}) "
-    f"VALUES ({', '.join(['%s'] * len(COLUMNS))}) ON DUPLICATE KEY UPDATE id=id"
-)
 _SELECT_BY_CODE = text(
     "SELECT code, event_id, user_id, seq FROM user_coupons WHERE code IN :codes"
 ).bindparams(bindparam("codes", expanding=True))
-_EPOCH = datetime(1970, 1, 1)
-_MAX_SECOND = 253402300800  # 10000-01-01T00:00:00Z
 
 
 class TransientWriteError(Exception):
@@ -73,100 +51,11 @@ class WriteTimeout(TransientWriteError):
     """The database did not answer within the timeout; the connection was discarded."""
 
 
-@dataclass(frozen=True, slots=True)
-class Rejected:
-    """A record that can never be stored, with why (becomes DLQ headers)."""
-
-    index: int  # position in the batch given to write()
-    reason: str  # "conflict" | "constraint" | "invalid"
-    code: str  # CODE_CONFLICT, SLOT_CONFLICT, MYSQL_<errno>, INVALID_VALUE
-    detail: str
-
-
 @dataclass(slots=True)
 class WriteResult:
     inserted: int = 0
     duplicates: int = 0
     rejected: list[Rejected] = field(default_factory=list)
-
-
-@functools.lru_cache(maxsize=8192)
-def _utc_second(second: int) -> str:
-    return (_EPOCH + timedelta(seconds=second)).isoformat(" ")
-
-
-def utc_text(ms: int) -> str:
-    """Epoch milliseconds as a naive-UTC DATETIME(3) literal, 'YYYY-MM-DD HH:MM:SS.fff'.
-
-    Text rather than a datetime because the driver's datetime escaping was the largest single
-    cost per row; a burst's timestamps share their seconds, so the cache makes this cheap.
-    """
-    second, milli = divmod(ms, 1000)
-    if not 0 <= second < _MAX_SECOND:
-        raise ValueError(f"timestamp {ms} ms is outside DATETIME's range")
-    return f"{_utc_second(second)}.{milli:03d}"
-
-
-def to_row(c: CouponIssued) -> tuple[Any, ...]:
-    """The INSERT parameters for one coupon; timestamps as naive UTC."""
-    d = c.discount
-    return (
-        c.event_id,
-        c.user_id,
-        c.seq,
-        c.code,
-        c.tier,
-        d.type,
-        d.amount,
-        d.percent,
-        d.max_amount,
-        utc_text(c.issued_at_ms),
-        utc_text(c.expires_at_ms),
-        c.request_id,
-    )
-
-
-def judge(
-    coupons: Sequence[tuple[int, CouponIssued]],
-    by_code: Mapping[str, Slot],
-    by_slot: Mapping[Slot, str] | None = None,
-) -> tuple[int, list[Rejected]]:
-    """After the upsert, which records are stored (new or true duplicates) and which conflict.
-
-    by_code is what the table holds for the batch's codes. A record whose code is held by its
-    own slot is stored. A code held by another slot is CODE_CONFLICT. A code the table does not
-    hold means the insert was absorbed by the slot key: that slot has a different code,
-    SLOT_CONFLICT (by_slot, when given, names it). Returns (stored, rejected).
-    """
-    stored = 0
-    rejected: list[Rejected] = []
-    for index, c in coupons:
-        slot: Slot = (c.event_id, c.user_id, c.seq)
-        holder = by_code.get(c.code)
-        if holder == slot:
-            stored += 1
-        elif holder is not None:
-            rejected.append(
-                Rejected(
-                    index,
-                    "conflict",
-                    "CODE_CONFLICT",
-                    f"code {c.code} is already held by event={holder[0]} user={holder[1]} "
-                    f"seq={holder[2]}",
-                )
-            )
-        else:
-            other = (by_slot or {}).get(slot)
-            rejected.append(
-                Rejected(
-                    index,
-                    "conflict",
-                    "SLOT_CONFLICT",
-                    f"slot event={c.event_id} user={c.user_id} seq={c.seq} already holds "
-                    f"code {other or '<another code>'}, not {c.code}",
-                )
-            )
-    return stored, rejected
 
 
 def _clear_found_rows(dialect: Any, conn_rec: Any, cargs: Any, cparams: dict[str, Any]) -> None:

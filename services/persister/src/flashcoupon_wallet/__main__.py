@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 
 import uvicorn
 from flashcoupon_common.logsetup import configure_logging
-from flashcoupon_common.settings import SettingsError
+from flashcoupon_common.settings import settings_or_exit
 
 from flashcoupon_wallet.app import create_app
 from flashcoupon_wallet.settings import WalletSettings
@@ -21,10 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", help="bind address (env FLASHCOUPON_WALLET_HOST)")
     parser.add_argument("--port", type=int, help="port (env FLASHCOUPON_WALLET_PORT)")
     args = parser.parse_args(argv)
-    try:
-        settings = WalletSettings.from_env()
-    except SettingsError as exc:
-        sys.exit(f"flashcoupon-wallet: {exc}")
+    settings = settings_or_exit("flashcoupon-wallet", WalletSettings.from_env)
     configure_logging("wallet", settings.log_level)
     host = args.host or settings.host
     port = args.port or settings.port

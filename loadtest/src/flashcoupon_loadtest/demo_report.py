@@ -1,0 +1,117 @@
+"""What one demo drop reports: its progress line, the Idempotency-Key replay check, the JSON.
+
+Built from the driver's records, the pipeline watch's samples (wall time, Redis issued, MySQL
+rows) and the invariant checks; `demo.py` runs the drop, this module only computes. The subtle
+part is the drain figures: they are measured from the last answer (or the sell-out) to the
+first sample where MySQL held every coupon Redis finally issued — not to when the watch stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from flashcoupon_loadtest.driver import Progress
+from flashcoupon_loadtest.drop import PipelineWatch
+from flashcoupon_loadtest.invariants import Check, all_passed
+from flashcoupon_loadtest.stats import (
+    retry_mismatches,
+    split_retry_mismatches,
+    summarize,
+    time_series,
+)
+
+Sample = tuple[float, int, int]  # (wall time, Redis issued, MySQL rows)
+
+
+def progress_line(watch: PipelineWatch, quantity: int) -> Progress:
+    """The burst's one-line progress (rewritten in place on a terminal)."""
+    tty = sys.stdout.isatty()
+    last = [0, 0.0]
+
+    def show(answers: int, issued: int, seconds: float) -> None:
+        rate = (answers - last[0]) / max(1e-6, seconds - last[1])
+        last[0], last[1] = answers, seconds
+        persisted = watch.last[2]
+        line = (
+            f"  [{seconds:6.1f}s] answers {answers:>9,} ({rate:>7,.0f}/s)  issued "
+            f"{issued:>7,}/{quantity:,}  persisted {persisted:>7,}"
+        )
+        print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
+
+    return show
+
+
+def replay_check(records: Sequence[Any]) -> Check:
+    """Invariant 6: a replayed Idempotency-Key gets the first answer, never DUPLICATE."""
+    contradicted, stale = split_retry_mismatches(retry_mismatches(records))
+    return Check(
+        6,
+        "Idempotency-Key replays never get DUPLICATE or another coupon",
+        not contradicted,
+        f"{sum(1 for r in records if r.kind == 'retry'):,} replays, {len(contradicted)} "
+        f"contradicted the first answer; {len(stale)} answered a stale SOLD_OUT "
+        "(replay reached another issuer after the sell-out; the coupon is held)",
+        [f"{u} was issued {c}, replay got {got}" for u, c, got in (contradicted + stale)[:5]],
+    )
+
+
+def drop_report(
+    args: argparse.Namespace,
+    *,
+    event_id: str,
+    t_begin: float,
+    targets: list[str],
+    records: Sequence[Any],
+    driver_cpu_seconds: float,
+    samples: list[Sample],
+    drained: bool,
+    redis_issued: int,
+    persisted: int,
+    checks: list[Check],
+) -> dict[str, Any]:
+    summary = summarize(records, quantity=args.coupons)
+    burst_end = max(r.t_end for r in records)
+    return {
+        "event_id": event_id,
+        "started": datetime.fromtimestamp(t_begin, UTC).isoformat(),
+        "users": args.users,
+        "coupons": args.coupons,
+        "concurrency": args.concurrency,
+        "processes": args.processes,
+        "targets": targets,
+        "summary": summary,
+        "burst_seconds": burst_end - min(r.t_start for r in records),
+        # From the last answer until MySQL held everything (0 when it already did by then).
+        "drain_seconds": max(0.0, all_persisted_at(samples) - burst_end) if drained else None,
+        "persisted_after_sell_out_seconds": persisted_after(summary, records, samples),
+        "redis_issued": redis_issued,
+        "persisted": persisted,
+        "driver_cpu_seconds": driver_cpu_seconds,
+        "wall_seconds": time.time() - t_begin,
+        "invariants": [c.to_json() for c in checks],
+        "passed": all_passed(checks),
+        "pipeline": samples,
+        "series": time_series(records, bucket=0.1),
+        "args": {k: str(v) for k, v in vars(args).items()},
+    }
+
+
+def persisted_after(
+    summary: dict[str, Any], records: Sequence[Any], samples: list[Sample]
+) -> float | None:
+    """Seconds from the last coupon's answer until MySQL held every issued coupon."""
+    if summary["sell_out_seconds"] is None or not samples:
+        return None
+    sold_out_at = min(r.t_start for r in records) + float(summary["sell_out_seconds"])
+    return float(max(0.0, float(all_persisted_at(samples)) - sold_out_at))
+
+
+def all_persisted_at(samples: list[Sample]) -> float:
+    """When MySQL first held as many rows as Redis finally issued (the last sample if never)."""
+    final = samples[-1][1]
+    return next((t for t, _, persisted in samples if persisted >= final), samples[-1][0])
