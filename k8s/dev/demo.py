@@ -112,8 +112,13 @@ class PhaseWatch:
             say(f"  {_clock(now)}  {line.rstrip()}")
 
     def stop(self) -> None:
+        # Reap the process and close its pipe: a pipe left open is a ResourceWarning, and the
+        # tests run this demo under `filterwarnings = error`.
         self.proc.terminate()
         self.proc.wait(timeout=10)
+        self.thread.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
     def transitions(self) -> list[tuple[float, str]]:
         """(first time seen, phase) for each phase the watch showed, in order."""

@@ -25,7 +25,10 @@ def test_demo_lifecycle_on_the_cluster(release: Release) -> None:
     assert "k8s demo: PASS" in proc.stdout, output[-6000:]
     phases = json.loads((ROOT / "loadtest/results/k8s/phases.json").read_text())
     seen = [t["phase"] for t in phases["transitions"] if t["phase"] != "<none>"]
-    assert seen[0] == "Pending" and seen[-1] == "SoldOut", seen
+    # Active must show even though 500 coupons sell out within one operator refresh: the
+    # timer wakes at startAt (reconcile.seconds_to_opening). Preloading may sit between.
+    lifecycle = ["Pending", "Ready", "Active", "SoldOut"]
+    assert [p for p in seen if p in lifecycle] == lifecycle, seen
     report = json.loads((ROOT / "loadtest/results/k8s/demo.json").read_text())
     assert report["passed"], report["invariants"]
     assert report["redis_issued"] == report["persisted"] == 500
