@@ -9,7 +9,8 @@ Needs `make k8s-deploy` (the release, and its stores on the node address). Print
 report as `make demo` (aimed at the NodePort on 127.0.0.1), then checks that the operator's own
 status went Pending → Ready → Active (at startAt) → SoldOut with Persisted = quantity, and that
 deleting the event removed its Redis keys while MySQL kept its rows. Exits 1 on any failure.
-The phase timeline is written to loadtest/results/k8s/phases.json.
+The phase timeline is written to phases.json next to the report (--results-dir, by default
+loadtest/results/k8s/).
 """
 
 from __future__ import annotations
@@ -238,8 +239,8 @@ async def run(argv: list[str]) -> int:
     await redis.aclose()
     await engine.dispose()
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "phases.json").write_text(
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "phases.json").write_text(
         json.dumps(
             {
                 "event": name,
