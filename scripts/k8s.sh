@@ -5,6 +5,7 @@
 # own module (k8s/tools/coredns), etcd, containerd, runc and the CNI plugins are Debian's.
 #
 #   scripts/k8s.sh install   apt packages + Go builds (binaries cached under .cache/k8s/bin)
+#   scripts/k8s.sh build     the Go builds only (idempotent; `make test` runs it in the background)
 #   scripts/k8s.sh up        install, start what is not running, wait for a Ready node
 #   scripts/k8s.sh status    what runs; exits 1 when anything is unhealthy
 #   scripts/k8s.sh down      stop what this checkout started (recorded pids), pods included
@@ -91,10 +92,20 @@ install_system() {
   fi
 }
 
+# `make test` starts `build` in the background while the other tiers run; the k8s tier's own
+# `up` then waits on this lock instead of starting a second build of the same binaries.
+build_components() {
+  mkdir -p "$CACHE_DIR/k8s"
+  exec 9>"$CACHE_DIR/k8s/build.lock"
+  flock -n 9 || { log "another process is building the components; waiting for it"; flock 9; }
+  build_components_locked
+  exec 9>&- # released before anything long-lived starts (it would inherit the descriptor)
+}
+
 # One `go build` for every main of the module, so they share one compile of k8s.io/kubernetes.
 # The version is stamped the way the release build does, so the API server reports v1.31.x
 # (helm's kubeVersion checks and `kubectl version` read it), not v0.0.0-master.
-build_components() {
+build_components_locked() {
   local src=$ROOT/k8s/tools/apiserver stamp key
   key=$(cat "$src/go.mod" "$src/go.sum" "$src"/cmd/*/main.go "$src"/pause/main.go \
     "$ROOT/k8s/tools/coredns/go.mod" "$ROOT/k8s/tools/coredns/main.go" | sha256sum | cut -c1-16)
@@ -588,6 +599,7 @@ cmd_reset() {
 
 case "${1:-}" in
   install) cmd_install ;;
+  build) build_components ;;
   up) cmd_up ;;
   status) cmd_status ;;
   down) cmd_down ;;
@@ -598,5 +610,5 @@ case "${1:-}" in
     echo "K8S_NODE_IP=$NODE_IP"
     echo "K8S_CONTAINERD_SOCK=$CONTAINERD_SOCK"
     ;;
-  *) echo "usage: $0 install|up|status|down|reset|env" >&2; exit 2 ;;
+  *) echo "usage: $0 install|build|up|status|down|reset|env" >&2; exit 2 ;;
 esac

@@ -9,7 +9,8 @@ Needs `make k8s-deploy` (the release, and its stores on the node address). Print
 report as `make demo` (aimed at the NodePort on 127.0.0.1), then checks that the operator's own
 status went Pending → Ready → Active (at startAt) → SoldOut with Persisted = quantity, and that
 deleting the event removed its Redis keys while MySQL kept its rows. Exits 1 on any failure.
-The phase timeline is written to loadtest/results/k8s/phases.json.
+The phase timeline is written to phases.json next to the report (--results-dir, by default
+loadtest/results/k8s/).
 """
 
 from __future__ import annotations
@@ -112,8 +113,13 @@ class PhaseWatch:
             say(f"  {_clock(now)}  {line.rstrip()}")
 
     def stop(self) -> None:
+        # Reap the process and close its pipe: a pipe left open is a ResourceWarning, and the
+        # tests run this demo under `filterwarnings = error`.
         self.proc.terminate()
         self.proc.wait(timeout=10)
+        self.thread.join(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
     def transitions(self) -> list[tuple[float, str]]:
         """(first time seen, phase) for each phase the watch showed, in order."""
@@ -233,8 +239,8 @@ async def run(argv: list[str]) -> int:
     await redis.aclose()
     await engine.dispose()
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "phases.json").write_text(
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    (args.results_dir / "phases.json").write_text(
         json.dumps(
             {
                 "event": name,

@@ -113,6 +113,20 @@ async def test_event_before_warmup_waits_then_timer_keeps_counters(
     assert await event_state.read_state(memo.redis, name) is None
 
 
+async def test_timer_waits_for_an_opening_before_its_next_tick(memo: kopf.Memo, name: str) -> None:
+    # startAt comes within one refresh interval: the timer sleeps until it and reads again, so
+    # the status shows Active even for a drop that sells out before the next tick. (On a slow
+    # machine startAt may pass during the apply; the timer then reads Active at once.)
+    body = spec_body(start=timedelta(seconds=handlers.REFRESH_SECONDS))
+    status = await run_apply(name, body, memo)
+    assert status["phase"] in ("Ready", "Active"), status
+    patch = kopf.Patch()
+    await handlers.refresh(
+        name=name, spec=body, meta={"generation": 1}, status=status, patch=patch, memo=memo
+    )
+    assert patch["status"]["phase"] == "Active"
+
+
 async def test_timer_finishes_a_preload_the_operator_crashed_in(memo: kopf.Memo, name: str) -> None:
     body = spec_body()
 

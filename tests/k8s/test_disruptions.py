@@ -37,28 +37,30 @@ def burst_with(release: Release, tmp_path: Path, action: Callable[[], None], *, 
     cmd = [sys.executable, str(ROOT / "k8s/dev/demo.py"), "--users", str(users),
            "--coupons", str(coupons), "--concurrency", "64", "--duration", str(spread),
            "--drain-timeout", "120", "--results-dir", str(tmp_path)]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert proc.stdout is not None
     lines: list[str] = []
     fired = threading.Event()
-    for line in proc.stdout:
-        lines.append(line)
-        found = re.search(r"startAt (\d\d:\d\d:\d\d\.\d+) UTC", line)
-        if found and not fired.is_set():
-            clock = datetime.strptime(found.group(1), "%H:%M:%S.%f").time()
-            start = datetime.combine(datetime.now(UTC).date(), clock, tzinfo=UTC)
-            delay = start.timestamp() + at - time.time()
+    # `with` closes the pipe: an unclosed one is a ResourceWarning, an error under pytest here.
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            found = re.search(r"startAt (\d\d:\d\d:\d\d\.\d+) UTC", line)
+            if found and not fired.is_set():
+                clock = datetime.strptime(found.group(1), "%H:%M:%S.%f").time()
+                start = datetime.combine(datetime.now(UTC).date(), clock, tzinfo=UTC)
+                delay = start.timestamp() + at - time.time()
 
-            def fire(delay: float = delay) -> None:
-                time.sleep(max(0.0, delay))
-                action()
-                fired.set()
+                def fire(delay: float = delay) -> None:
+                    time.sleep(max(0.0, delay))
+                    action()
+                    fired.set()
 
-            threading.Thread(target=fire, daemon=True).start()
-    proc.wait(timeout=600)
+                threading.Thread(target=fire, daemon=True).start()
+        proc.wait(timeout=600)
     output = "".join(lines)
     (tmp_path / "demo.out").write_text(output)
-    assert fired.wait(60), output[-4000:]
+    # The action may outlast the burst (a `helm upgrade --wait` of up to 5 min).
+    assert fired.wait(420), output[-4000:]
     report_path = tmp_path / "demo.json"
     assert report_path.exists(), output[-12000:]
     report = json.loads(report_path.read_text())
@@ -76,6 +78,16 @@ def pods(release: Release, component: str) -> list[str]:
     return [
         p["metadata"]["name"] for p in doc["items"] if not p["metadata"].get("deletionTimestamp")
     ]
+
+
+def issuer_images(release: Release) -> set[str]:
+    doc = release.get_json("pods", "-l", "app.kubernetes.io/component=issuer")
+    return {
+        c["image"]
+        for p in doc["items"]
+        if not p["metadata"].get("deletionTimestamp")
+        for c in p["spec"]["containers"]
+    }
 
 
 def wait_rolled_out(release: Release, component: str) -> None:
@@ -105,10 +117,10 @@ def test_helm_upgrade_rolls_the_issuers_mid_burst_with_no_5xx(
     try:
         report = burst_with(release, tmp_path, roll, at=1.0, spread=15.0, users=30_000)
         assert result["helm"].returncode == 0, result["helm"].stderr
-        images = {c["image"] for p in release.get_json("pods", "-l",
-                  "app.kubernetes.io/component=issuer")["items"]
-                  for c in p["spec"]["containers"]}  # fmt: skip
-        assert images == {rebuilt}
+        # helm's --wait can return while old pods are still terminating: wait for the rollout,
+        # then look only at pods that are not being deleted.
+        wait_rolled_out(release, "issuer")
+        assert issuer_images(release) == {rebuilt}
         outcomes = report["summary"]["outcomes"]
         assert set(outcomes) <= DECIDED, (outcomes, report["_output"][-3000:])
         assert report["passed"], report["_output"][-4000:]

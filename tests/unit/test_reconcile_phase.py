@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from flashcoupon_operator.reconcile import phase
+from flashcoupon_operator.reconcile import phase, seconds_to_opening
 
 from tests.support.reconcile import AFTER, BEFORE, DURING, END, START, WARMING, State, spec
 
@@ -52,3 +52,21 @@ def test_runtime_window_wins_over_spec() -> None:
 
 def test_paused_does_not_change_the_phase() -> None:
     assert phase(spec(), State(paused=True), DURING) == "Active"
+
+
+def test_opening_between_two_ticks_is_waited_for() -> None:
+    # startAt 0.4 s away with a 1 s refresh: the next tick would come after the doors open.
+    assert seconds_to_opening(START - timedelta(seconds=0.4), START, 1.0) == 0.4
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        START - timedelta(seconds=1),  # exactly one tick away: that tick reads it in time
+        START - timedelta(seconds=30),
+        START,  # open already: the tick reads Active (or SoldOut) itself
+        START + timedelta(seconds=0.1),
+    ],
+)
+def test_no_wait_unless_the_opening_falls_before_the_next_tick(now: object) -> None:
+    assert seconds_to_opening(now, START, 1.0) is None  # type: ignore[arg-type]

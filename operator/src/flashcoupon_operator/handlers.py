@@ -7,7 +7,9 @@ One concept per handler: `apply` (create / spec update / operator restart) plans
 spec; `refresh` (a timer) preloads an event whose warm-up has come and keeps the status counters
 fresh; `cleanup` (on delete, behind the project finalizer) drops the Redis state and marks the
 catalog row. Activation and end need no timer: the issue script checks the window itself from
-Redis server time, so the doors open on the second even if the operator is down.
+Redis server time, so the doors open on the second even if the operator is down. Only the
+status's Active needs care: `refresh` wakes at startAt when it falls between two ticks, or a
+drop that sells out within one tick would go Ready → SoldOut without ever showing Active.
 
 Errors: an invalid or refused spec is reported in status (`SpecAccepted=False`) and not retried
 (the running event keeps its old spec); Redis/MySQL failures are `TemporaryError`s retried by
@@ -17,6 +19,7 @@ unless the object carries the annotation `flashcoupon.io/force-delete: "true"`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping
@@ -32,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from flashcoupon_operator import metrics, runtime
 from flashcoupon_operator.crstatus import cr_status
 from flashcoupon_operator.manifest import API_VERSION, KIND, ManifestError, parse_manifest
-from flashcoupon_operator.reconcile import Plan
+from flashcoupon_operator.reconcile import Plan, seconds_to_opening
 
 GROUP, VERSION, PLURAL = "flashcoupon.io", "v1alpha1", "couponevents"
 FINALIZER = "flashcoupon.io/cleanup"
@@ -167,6 +170,18 @@ async def refresh(
         patch.status.update(new)
         metrics.count("refresh", "error" if error else "ok")
         return
+    opening = seconds_to_opening(runtime.utcnow(), event.start_at, REFRESH_SECONDS)
+    if opening is not None and event.phase == status.get("phase") == "Ready":
+        # The doors open before the next tick, and a drop can sell out within one: wait for
+        # startAt and read again so Active is written on the second. (Only once Ready is
+        # written: this tick's patch is applied when the handler returns.)
+        await asyncio.sleep(opening)
+        try:
+            event = await runtime.status(memo.redis, memo.engine, name)
+        except (runtime.NotFound, *INFRA_ERRORS) as exc:
+            log.warning("refresh of %s at its opening failed: %s", name, exc)
+            metrics.count("refresh", "error")
+            return
     metrics.count("refresh", "ok")
     # Keep the last plan's verdict (conditions, message); refresh what changes by itself.
     fresh = cr_status(

@@ -229,3 +229,14 @@ def phase(
     if state.remaining <= 0:
         return "SoldOut"
     return "Active" if now >= state.start_at else "Ready"
+
+
+def seconds_to_opening(now: datetime, start_at: datetime, interval: float) -> float | None:
+    """Seconds until `start_at` when it comes before the next refresh, `interval` from now.
+
+    None when the event has opened already or opens later than that. The operator's refresh
+    timer sleeps this long and reads again, so Active is written at startAt to the second even
+    when a drop sells out within one tick (it would otherwise go Ready → SoldOut unseen).
+    """
+    left = (start_at - now).total_seconds()
+    return left if 0 < left < interval else None
