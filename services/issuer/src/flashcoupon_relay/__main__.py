@@ -12,6 +12,7 @@ import logging
 import os
 
 import uvicorn
+from flashcoupon_common import tracing
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import SettingsError
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None, help=f"metrics port ({PREFIX}PORT)")
     args = parser.parse_args(argv)
     configure_logging("relay", os.environ.get(PREFIX + "LOG_LEVEL", "INFO"))
+    tracing.setup("relay")
     try:
         settings = RelaySettings.from_env()
     except SettingsError as exc:

@@ -11,6 +11,7 @@ import logging
 import sys
 
 import uvicorn
+from flashcoupon_common import tracing
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import SettingsError
 
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, help="health/metrics port (FLASHCOUPON_PERSISTER_PORT)")
     args = parser.parse_args(argv)
     configure_logging("persister")
+    tracing.setup("persister")
     try:
         settings = PersisterSettings.from_env()
     except SettingsError as exc:
