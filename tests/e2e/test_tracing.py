@@ -18,8 +18,11 @@ from flashcoupon_loadtest.localrun import LocalServices
 
 from tests.support.gateway import SECRET, bearer, provision
 from tests.support.names import random_name
+from tests.support.paths import BIN
 from tests.support.persister import count_rows, create_topic, engine_for, insert_event
 from tests.support.polling import wait_until
+from tests.support.ports import free_port
+from tests.support.processes import Proc
 from tests.support.stack import Stack
 
 SERVICES = (
@@ -150,3 +153,27 @@ async def test_one_issue_request_is_one_trace_across_all_four_services(
 
 async def _stored(engine: Any, event: str) -> bool:
     return await count_rows(engine, event) == 1
+
+
+async def test_spans_still_queued_are_exported_when_the_process_gets_sigterm(
+    jaeger_backend: None, stack: Stack
+) -> None:
+    # An export interval far longer than the test: the span can only arrive through the flush
+    # in the lifespan's shutdown (uvicorn re-raises SIGTERM, so atexit handlers never run).
+    env = {**stack.env(), **jaeger.otel_env(delay_ms=600_000)}
+    issuer = Proc([str(BIN / "flashcoupon-issuer")], env, free_port()).start()
+    trace_id = os.urandom(16).hex()
+    try:
+        async with httpx.AsyncClient(base_url=issuer.url, timeout=30) as client:
+            r = await client.post(
+                f"/internal/v1/events/{random_name('none')}/issue",
+                headers={"X-Flashcoupon-User": "u", "traceparent": f"00-{trace_id}-{'1' * 16}-01"},
+            )
+        assert r.status_code == 404, r.text
+    finally:
+        issuer.stop()  # SIGTERM, then wait for the exit
+
+    async def exported() -> bool:
+        return await asyncio.to_thread(jaeger.get_trace, trace_id) is not None
+
+    assert await wait_until(exported, TRACE_WAIT_S, 0.5, what="the flushed span in Jaeger")

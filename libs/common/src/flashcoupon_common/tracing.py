@@ -10,8 +10,9 @@ With `OTEL_TRACES_EXPORTER=otlp` spans go through a BatchSpanProcessor (`OTEL_BS
 OTLP/HTTP exporter (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`);
 `console` prints them. The sampler is the SDK's (`OTEL_TRACES_SAMPLER`, default
 parentbased_always_on) and `OTEL_SERVICE_NAME` / `OTEL_RESOURCE_ATTRIBUTES` override the
-service name given here. Spans still queued are flushed when the process exits: after uvicorn
-handled SIGTERM, also in uvicorn's spawned worker processes, which skip atexit handlers.
+service name given here. Spans still queued are flushed by `flush()`, which each service's
+lifespan awaits on shutdown (uvicorn re-raises SIGTERM after its graceful shutdown, so atexit
+handlers never run), and at a normal exit.
 
 Trace context crosses processes as a W3C `traceparent` string: an HTTP header, the outbox
 entry's `tp` field, a Kafka record header. `span(name, traceparent)` starts a span whose parent
@@ -21,9 +22,9 @@ string to pass on.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
-import multiprocessing.util
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -117,11 +118,17 @@ def install(processors: list[Any], service: str, environ: Mapping[str, str] | No
         provider.add_span_processor(p)
     _provider, _tracer, ENABLED = provider, provider.get_tracer("flashcoupon"), True
     trace.set_tracer_provider(provider)
-    atexit.register(shutdown)
-    # uvicorn's --workers children leave through os._exit after multiprocessing's own
-    # finalizers, never through atexit: flush there too.
-    multiprocessing.util.Finalize(None, shutdown, exitpriority=100)
+    atexit.register(shutdown)  # a normal exit; a SIGTERMed service flushes in its lifespan
     return provider
+
+
+async def flush(timeout_ms: int = 5000) -> None:
+    """Export the spans still queued; each service's lifespan awaits it on shutdown. Needed
+    because uvicorn ends a process that got SIGTERM by re-raising the signal after its graceful
+    shutdown, so atexit handlers do not run; it runs in a thread, off the event loop."""
+    provider = _provider
+    if provider is not None:
+        await asyncio.to_thread(provider.force_flush, timeout_ms)
 
 
 def shutdown() -> None:
