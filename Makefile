@@ -25,13 +25,36 @@ install: ## install what the stack and services need on a fresh machine (apt, uv
 	$(STACK) install; \
 	echo "[install] done in $$(( $$(date +%s) - start ))s"
 
-# helm only serves the deployment checks: `make demo` does not wait for its build.
-tools: ## build the deployment tools (helm, from the Go module proxy) into .cache/bin
-	scripts/tools.sh install
+# helm serves the deployment checks, jaeger the trace test: `make demo` waits for neither.
+tools: ## build helm and jaeger (the trace backend) from the Go module proxy into .cache/bin
+	scripts/tools.sh install helm jaeger
 
-stack-up: install ## start Redis Cluster, Kafka (KRaft) and MariaDB, wait for readiness, migrate
+# Jaeger's cold build takes ~10 minutes on 2 cores: `make test` starts it first, in the
+# background, so it overlaps install, stack-up and the unit and integration tiers; the trace
+# test waits for it on a lock (scripts/tools.sh) when it is not done yet.
+.PHONY: tools-background helm
+helm: ## build only helm (the deployment checks) into .cache/bin
+	scripts/tools.sh install helm
+
+.PHONY: tools-background
+tools-background: ## build jaeger in the background (what `make test` starts; log .stack/jaeger-build.log)
+	@mkdir -p .stack
+	nice -n 10 scripts/tools.sh install jaeger > .stack/jaeger-build.log 2>&1 &
+
+stack-up: install ## start Redis Cluster, Kafka (KRaft) and MariaDB, wait for readiness, migrate; TRACING=1 also Jaeger
 	$(STACK) up
 	$(RUN) flashcoupon-migrate upgrade
+	if [ "$(TRACING)" = 1 ]; then scripts/tracing.sh up; fi
+
+.PHONY: tracing-up tracing-down tracing-status bench-tracing
+tracing-up: ## start the local trace backend (Jaeger v2, in memory; UI :16686, OTLP :14318)
+	scripts/tracing.sh up
+
+tracing-down: ## stop the local Jaeger
+	scripts/tracing.sh down
+
+tracing-status: ## where the local Jaeger listens; exits non-zero when it is down
+	scripts/tracing.sh status
 
 stack-status: ## report what runs where; exits non-zero when anything is unhealthy
 	$(STACK) status
@@ -66,7 +89,7 @@ test-unit: install ## only the tests that need no server
 # 2-core machine): their build starts first, in the background at the lowest priority, so it
 # overlaps the stack, lint and the other tiers; the tier's own `scripts/k8s.sh up` waits on the
 # build's lock rather than building twice. Its log: .stack/k8s-build.log.
-test: k8s-build-background stack-up tools lint ## everything: installs, the stack, lint, every test tier (tests/k8s last)
+test: tools-background k8s-build-background stack-up helm lint ## everything: installs, the stack, lint, every test tier (tests/k8s last)
 	@start=$$(date +%s); \
 	$(RUN) pytest; \
 	echo "[test] pytest took $$(( $$(date +%s) - start ))s"
@@ -89,6 +112,10 @@ bench-relay: stack-up ## outbox relay records/s into Kafka (50k entries) vs naiv
 
 bench-wallet: stack-up ## wallet redemptions/s vs its own /healthz, one contended code
 	$(RUN) python -m flashcoupon_loadtest.bench_wallet
+
+bench-tracing: stack-up ## issuer req/s with tracing off vs on (to Jaeger) vs hello-world
+	scripts/tracing.sh up
+	$(RUN) python -m flashcoupon_loadtest.bench_tracing
 
 bench: stack-up ## every benchmark plus the end-to-end burst, one table
 	$(RUN) python -m flashcoupon_loadtest.bench_all

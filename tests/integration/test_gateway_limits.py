@@ -10,6 +10,7 @@ from flashcoupon_gateway.ratelimit import Check, RateLimiter, user_key
 from flashcoupon_gateway.scripts import RATELIMIT, ScriptRunner
 from flashcoupon_gateway.sold_out import SoldOutBoard
 from flashcoupon_gateway.waiting_room import TicketState, WaitingRoom, room_keys
+from prometheus_client import REGISTRY
 
 from tests.support.names import random_name
 
@@ -91,6 +92,7 @@ async def test_waiting_room_admits_5000_in_ticket_order_at_the_rate(redis_cluste
     assert all(a.position == a.n for a in answers)  # nobody admitted before the start
     again = await enter(17)
     assert again.n == answers[17].n and again.state is TicketState.QUEUED
+    assert queue_length(event) == shoppers  # the gauge SREs watch: everyone still waits
 
     # Watch a few tickets while the room drains: positions only ever go down.
     watched = [answers[i] for i in (0, 999, 2500, 4999)]
@@ -131,7 +133,12 @@ async def test_waiting_room_admits_5000_in_ticket_order_at_the_rate(redis_cluste
     assert used.state is TicketState.ADMITTED
     again = await room.consume(event, "user-0", first.n, rate, start_ms)
     assert again.state is TicketState.GONE
+    assert queue_length(event) == 0  # drained: nobody waits any more
     await runner.aclose()
+
+
+def queue_length(event: str) -> float | None:
+    return REGISTRY.get_sample_value("flashcoupon_gateway_queue_length", {"event": event})
 
 
 async def test_leases_save_redis_calls_and_never_over_admit(redis_cluster) -> None:

@@ -24,80 +24,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from flashcoupon_common import event_state, keys
-from flashcoupon_common.event_spec import EventSpec, TierSpec
 from flashcoupon_common.lua import ISSUE
-from flashcoupon_common.messages import Discount
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 
 from flashcoupon_loadtest import driver
-from flashcoupon_loadtest.localrun import free_port, stack_env, uvicorn_command, wait_ready
-from flashcoupon_loadtest.scenarios import Burst, GetLoop
-from flashcoupon_loadtest.stats import latency_summary, outcome_counts, throughput
+from flashcoupon_loadtest.benchkit import (
+    RESULTS,
+    bench_spec,
+    report_head,
+    run_rounds,
+    serve,
+    stop_all,
+)
+from flashcoupon_loadtest.localrun import free_port, stack_env
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
-LOGS = Path(__file__).resolve().parents[3] / ".stack" / "logs"
 TARGETS = {"issuer": 0.60, "soldout": 0.85}
-
-
-def _spec(event_id: str, quantity: int) -> EventSpec:
-    now = datetime.now(UTC)
-    return EventSpec(
-        event_id=event_id,
-        title="bench",
-        quantity=quantity,
-        start_at=now - timedelta(minutes=1),
-        end_at=now + timedelta(hours=2),
-        tiers=(
-            TierSpec("big", Discount("fixed", amount=10000), 10),
-            TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
-        ),
-    )
-
-
-def _serve(app: str, port: int, env: dict[str, str], log: str, factory: bool) -> Any:
-    LOGS.mkdir(parents=True, exist_ok=True)
-    cmd = uvicorn_command(app, port, factory=factory)
-    out = (LOGS / log).open("wb")
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
-    wait_ready(f"http://127.0.0.1:{port}/readyz", proc=proc, timeout=60)
-    return proc
-
-
-def _cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) the server process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _measure(scenario: Any, url: str, processes: int, server_pid: int) -> dict[str, Any]:
-    cpu0 = _cpu_seconds(server_pid)
-    result = driver.run(scenario, [url], processes=processes, timeout=300)
-    server_cpu = _cpu_seconds(server_pid) - cpu0
-    recs = result.records
-    lat = latency_summary(r.latency for r in recs)
-    return {
-        "requests": len(recs),
-        "rps": round(throughput(recs), 1),
-        "p50_ms": round(lat["p50"], 2),
-        "p99_ms": round(lat["p99"], 2),
-        "outcomes": outcome_counts(recs),
-        "driver_cpu_s": round(result.cpu_seconds, 2),
-        # CPU the one server process spent per answer: on a shared box this is steadier than
-        # req/s, and its inverse is the process's ceiling if it had a core to itself.
-        "server_cpu_us_per_request": round(server_cpu / max(1, len(recs)) * 1e6, 1),
-        "wall_s": round(result.wall_seconds, 2),
-    }
 
 
 async def _provision(redis_settings: RedisSettings, run: str) -> dict[str, str]:
@@ -105,9 +53,9 @@ async def _provision(redis_settings: RedisSettings, run: str) -> dict[str, str]:
     await client.initialize()
     events = {"naive": f"bench-naive-{run}", "issuer": f"bench-live-{run}"}
     for eid in events.values():
-        await event_state.provision(client, _spec(eid, 10_000_000))
+        await event_state.provision(client, bench_spec(eid, 10_000_000))
     sold = f"bench-sold-{run}"
-    await event_state.provision(client, _spec(sold, 1))
+    await event_state.provision(client, bench_spec(sold, 1))
     await client.eval(ISSUE.source, 4, *keys.issue_keys(sold), "first", "r-first", "")
     events["soldout"] = sold
     await client.aclose()
@@ -137,58 +85,38 @@ def main(argv: list[str] | None = None) -> int:
     events = asyncio.run(_provision(redis_settings, run))
     ports = {name: free_port() for name in ("hello", "naive", "issuer")}
     procs = {
-        "hello": _serve(
+        "hello": serve(
             "flashcoupon_loadtest.hello:app", ports["hello"], env, "bench-hello.log", False
         ),
-        "naive": _serve(
+        "naive": serve(
             "flashcoupon_issuer.__main__:build",
             ports["naive"],
             {**env, "FLASHCOUPON_ISSUER_BATCHING": "false"},
             "bench-naive.log",
             True,
         ),
-        "issuer": _serve(
+        "issuer": serve(
             "flashcoupon_issuer.__main__:build", ports["issuer"], env, "bench-issuer.log", True
         ),
     }
-    rounds: dict[str, list[dict[str, Any]]] = {
-        k: [] for k in ("hello", "naive", "issuer", "soldout")
+    targets = {
+        path: (
+            f"http://127.0.0.1:{ports['issuer' if path == 'soldout' else path]}",
+            procs["issuer" if path == "soldout" else path].pid,
+            None if path == "hello" else events[path],
+        )
+        for path in ("hello", "naive", "issuer", "soldout")
     }
     try:
-        for rnd in range(args.rounds + 1):  # round 0 warms every path up and is discarded
-            n = args.requests if rnd else max(2000, args.requests // 10)
-            for path in rounds:
-                url = f"http://127.0.0.1:{ports['issuer' if path == 'soldout' else path]}"
-                if path == "hello":
-                    scenario: Any = GetLoop(path="/", total=n, concurrency=args.concurrency)
-                else:
-                    scenario = Burst(
-                        event_id=events[path],
-                        mode="issuer",
-                        users=n,
-                        concurrency=args.concurrency,
-                        dup_fraction=0.0,
-                        retry_fraction=0.0,
-                        user_prefix=f"r{rnd}-{path}-",
-                        name=f"bench-{path}",
-                    )
-                proc = procs["issuer" if path == "soldout" else path]
-                m = _measure(scenario, url, args.processes, proc.pid)
-                if rnd:
-                    rounds[path].append(m)
-                    print(
-                        f"round {rnd} {path:8s} {m['rps']:9.0f} req/s  p50 {m['p50_ms']:6.2f} ms"
-                        f"  p99 {m['p99_ms']:6.2f} ms  server CPU "
-                        f"{m['server_cpu_us_per_request']:6.1f} us/req  {m['outcomes']}",
-                        flush=True,
-                    )
+        rounds = run_rounds(
+            targets,
+            requests=args.requests,
+            rounds=args.rounds,
+            concurrency=args.concurrency,
+            processes=args.processes,
+        )
     finally:
-        for proc in procs.values():
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs.values())
         asyncio.run(_cleanup(redis_settings, events))
 
     best = {path: max(ms, key=lambda m: m["rps"]) for path, ms in rounds.items()}
@@ -203,17 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         path: round(cpu["hello"] / cpu[path], 3) for path in ("naive", "issuer", "soldout")
     }
     report = {
-        "benchmark": "issuer",
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "settings": {
-            "requests_per_round": args.requests,
-            "concurrency": args.concurrency,
-            "rounds": args.rounds,
-            "driver_processes": args.processes,
-            "server": "1 uvicorn worker, uvloop, httptools, no access log",
-        },
+        **report_head("issuer", args),
         "best": best,
         "rounds": rounds,
         "ratios_vs_hello": ratios,

@@ -27,7 +27,7 @@ from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 
-from flashcoupon_loadtest.bench_issuer import _spec
+from flashcoupon_loadtest.benchkit import bench_spec as _spec
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 

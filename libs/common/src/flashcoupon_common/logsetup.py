@@ -9,6 +9,7 @@ one summary line per interval while it lasts, each saying how many lines it stan
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -103,7 +104,9 @@ def _annotate(record: logging.LogRecord, note: str) -> None:
     record.msg, record.args = f"{record.getMessage()} {note}", None
 
 
-def configure_logging(service: str, level: str = "INFO") -> None:
+def configure_logging(service: str, level: str | None = None) -> None:
+    """JSON lines on stdout at `level`, else FLASHCOUPON_LOG_LEVEL, else INFO."""
+    level = level or os.environ.get("FLASHCOUPON_LOG_LEVEL") or "INFO"
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JSONFormatter(service))
     handler.addFilter(RepeatFilter())

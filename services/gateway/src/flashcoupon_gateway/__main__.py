@@ -11,6 +11,7 @@ import logging
 import os
 
 import uvicorn
+from flashcoupon_common import tracing
 from flashcoupon_common.httpserver import guarded_protocol
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import settings_or_exit
@@ -21,6 +22,7 @@ from flashcoupon_gateway.settings import GatewaySettings
 
 def _logging() -> None:
     configure_logging("gateway")
+    tracing.setup("gateway")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per upstream call
 
 

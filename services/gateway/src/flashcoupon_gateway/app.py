@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from flashcoupon_common import channels, keys
+from flashcoupon_common import channels, keys, tracing
 from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -123,6 +123,7 @@ def create_app(
                 await http.aclose()
             if own_redis:
                 await client.aclose()
+            await tracing.flush()
 
     async def ready() -> dict[str, bool]:
         return {"redis": bool(await state["redis"].ping())}

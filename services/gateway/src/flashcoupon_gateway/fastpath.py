@@ -8,6 +8,8 @@ translating errors through the app's own exception table and recording the same 
 under the same route template (flashcoupon_common's error_response and RouteMetrics, which
 the issuer's IssueEdge uses too).
 Every other request passes through to the full Starlette stack unchanged.
+With tracing on (flashcoupon_common.tracing) the route runs inside a server span, a child of
+the shopper's traceparent if any; the forwarded request carries that span's traceparent.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 
+from flashcoupon_common import tracing
 from flashcoupon_common.http import error_response
 from flashcoupon_common.red_metrics import RouteMetrics
 from starlette.applications import Starlette
@@ -25,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 from flashcoupon_gateway.routes import ISSUE_PATH, issue
 
 _ISSUE = re.compile(r"^/v1/events/([^/]+)/issue$")
+SPAN_NAME = f"POST {ISSUE_PATH}"
 
 
 class IssueFastPath:
@@ -45,12 +49,31 @@ class IssueFastPath:
         start = time.perf_counter()
         scope["path_params"] = {"eventId": match.group(1)}
         request = Request(scope, receive)
-        response: Response
-        try:
-            response = await issue(request)
-        except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
-            response = await error_response(self._errors, request, exc)
+        if tracing.ENABLED:
+            response = await self._traced(request, match.group(1))
+        else:
+            response = await self._answer(request)
         try:
             await response(scope, receive, send)
         finally:
             self._metrics.record(response.status_code, start)
+
+    async def _answer(self, request: Request) -> Response:
+        try:
+            return await issue(request)
+        except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
+            return await error_response(self._errors, request, exc)
+
+    async def _traced(self, request: Request, event_id: str) -> Response:
+        headers = request.headers
+        with tracing.span(
+            SPAN_NAME,
+            headers.get("traceparent"),
+            tracestate=headers.get("tracestate"),
+            kind=tracing.SERVER,
+            attributes={"http.request.method": "POST", "http.route": ISSUE_PATH},
+        ) as span:
+            response = await self._answer(request)
+            span.set_attribute("flashcoupon.event_id", event_id[:64])
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response

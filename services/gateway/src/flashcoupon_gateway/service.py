@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashcoupon_common import validation
+from flashcoupon_common import tracing, validation
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.http import ProblemError, problem
 from redis.exceptions import RedisClusterException, RedisError
@@ -84,6 +84,8 @@ def upstream_headers(request: Request, user: str) -> dict[str, str]:
     key = validation.idempotency_key(request.headers.get("idempotency-key"))
     if key is not None:
         headers["Idempotency-Key"] = key
+    if tracing.ENABLED:
+        tracing.inject(headers)  # the issuer's span is a child of the gateway's, if one runs
     return headers
 
 

@@ -10,6 +10,7 @@ import argparse
 import os
 
 import uvicorn
+from flashcoupon_common import tracing
 from flashcoupon_common.httpserver import guarded_protocol
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import settings_or_exit
@@ -22,6 +23,7 @@ from flashcoupon_issuer.settings import IssuerSettings
 def build() -> ASGIApp:
     """App factory for uvicorn (each worker process builds its own app and clients)."""
     configure_logging("issuer")
+    tracing.setup("issuer")  # in each worker: a span processor's thread does not survive a fork
     return create_app(IssuerSettings.from_env())
 
 

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from flashcoupon_common import channels, keys
+from flashcoupon_common import channels, keys, tracing
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.red_metrics import REDMiddleware
@@ -133,6 +133,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
             await batcher.aclose()
             if redis is None:
                 await client.aclose()
+            await tracing.flush()
 
     async def ready() -> dict[str, bool]:
         return {"redis": bool(await app.state.redis_client.ping())}

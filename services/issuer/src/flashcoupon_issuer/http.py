@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from flashcoupon_common import event_state, validation
+from flashcoupon_common import event_state, tracing, validation
 from flashcoupon_common.http import (
     PROBLEM_JSON,
     JSONResponse,
@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 ISSUE_ROUTE = "/internal/v1/events/{eventId}/issue"
 ISSUE_PREFIX = "/internal/v1/events/"
 ISSUE_SUFFIX = "/issue"
+SPAN_NAME = f"POST {ISSUE_ROUTE}"
+SCRIPT_SPAN = "redis issue.lua"
 _PROBLEM = PROBLEM_JSON.encode()
 
 USER_HEADER = "x-flashcoupon-user"
@@ -175,18 +177,36 @@ class IssueEdge:
         service: IssueService = scope["state"]["service"]
         if tp and not TRACEPARENT_RE.fullmatch(tp):
             tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
-        try:
-            outcome = await service.issue(
-                event_id,
-                user,
-                key or os.urandom(10).hex(),
-                tp or "",
-                keyed=key is not None,
-                budget_ms=budget,
-            )
-        except IssuerUnavailable as exc:
-            logger.warning("issue for %s unavailable: %s", event_id, exc)
-            outcome = None
+        if tracing.ENABLED:
+            return await self._traced(service, event_id, user, key, tp, budget)
+        outcome = await _outcome(service, event_id, user, key, tp or "", budget)
+        return self._respond(event_id, user, outcome)
+
+    async def _traced(
+        self,
+        service: IssueService,
+        event_id: str,
+        user: str,
+        key: str | None,
+        tp: str | None,
+        budget: int | None,
+    ) -> Response:
+        """The issue inside a server span (a child of the gateway's) with one child span
+        around the script call; the outbox entry records the server span as its parent."""
+        attributes = {"http.route": ISSUE_ROUTE, "flashcoupon.event_id": event_id}
+        with tracing.span(SPAN_NAME, tp, kind=tracing.SERVER, attributes=attributes) as server:
+            with tracing.span(SCRIPT_SPAN, attributes={"db.system": "redis"}) as script:
+                outcome = await _outcome(
+                    service, event_id, user, key, tracing.traceparent_of(server), budget
+                )
+                status = outcome.status if outcome is not None else "UNAVAILABLE"
+                script.set_attribute("flashcoupon.outcome", status)
+            response = self._respond(event_id, user, outcome)
+            server.set_attribute("http.response.status_code", response.status_code)
+            logger.debug("issue %s: %s", event_id, status)
+            return response
+
+    def _respond(self, event_id: str, user: str, outcome: Outcome | None) -> Response:
         if outcome is None:
             return problem(
                 503,
@@ -205,6 +225,29 @@ class IssueEdge:
                 sold_out = self._sold_out[event_id] = outcome_response(event_id, user, outcome)
             return sold_out
         return outcome_response(event_id, user, outcome)
+
+
+async def _outcome(
+    service: IssueService,
+    event_id: str,
+    user: str,
+    key: str | None,
+    tp: str,
+    budget: int | None,
+) -> Outcome | None:
+    """The service's outcome, or None when Redis could not be used (a 503)."""
+    try:
+        return await service.issue(
+            event_id,
+            user,
+            key or os.urandom(10).hex(),
+            tp,
+            keyed=key is not None,
+            budget_ms=budget,
+        )
+    except IssuerUnavailable as exc:
+        logger.warning("issue for %s unavailable: %s", event_id, exc)
+        return None
 
 
 def _check(event_id: str, user: str | None, key: str | None) -> Response | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 import uvicorn
+from flashcoupon_common import tracing
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import settings_or_exit
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = settings_or_exit("flashcoupon-relay", RelaySettings.from_env)
     configure_logging("relay", settings.log_level)
+    tracing.setup("relay")
     host = args.host or settings.host
     port = args.port or settings.port
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)

@@ -15,6 +15,7 @@ import signal
 import threading
 from collections.abc import AsyncIterator
 
+from flashcoupon_common import tracing
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.kafka_producer import ProducerFactory
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -50,6 +51,7 @@ def create_app(
             await asyncio.wait([task])
             if own_redis:
                 await client.aclose()
+            await tracing.flush()
 
     app = Starlette(
         routes=health_routes(relay.ready, registry=relay.metrics.registry),

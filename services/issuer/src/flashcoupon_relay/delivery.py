@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiokafka.partitioner import DefaultPartitioner
-from flashcoupon_common import keys
+from flashcoupon_common import keys, tracing
 from flashcoupon_common.backoff import backoff_delay
 from flashcoupon_common.kafka_producer import ProducerHolder, needs_new_producer
 from redis.asyncio.cluster import RedisCluster
@@ -70,6 +70,18 @@ class Delivery:
         if plan.gone:
             await self._ack(key, plan.gone)
         pending = plan.outgoing
+        spans = publish_spans(pending, s.topic) if tracing.ENABLED else None
+        try:
+            await self._deliver(event_id, key, pending, spans)
+        finally:
+            for span in (spans or {}).values():  # not acknowledged: shutdown or an error
+                span.set_attribute("flashcoupon.delivered", False)
+                span.end()
+
+    async def _deliver(
+        self, event_id: str, key: str, pending: list[Outgoing], spans: dict[str, Any] | None
+    ) -> None:
+        s = self.settings
         attempt = 0
         held_since = time.monotonic()
         while pending:
@@ -77,6 +89,11 @@ class Delivery:
             done, again, error = split_results(pending, results)
             if done:
                 await self._ack(key, [o.entry_id for o in done])
+                if spans:
+                    for o in done:
+                        span = spans.pop(o.entry_id, None)
+                        if span is not None:
+                            span.end()
                 letters = sum(o.dead_letter for o in done)
                 if letters:
                     self._metrics.dead_lettered.labels(event_id).inc(letters)
@@ -179,3 +196,32 @@ class Delivery:
             pipe.xdel(key, *ids)
             pipe.xack(key, GROUP, *ids)
             await pipe.execute()
+
+
+def publish_spans(batch: list[Outgoing], topic: str) -> dict[str, Any]:
+    """One producer span per record that carries a traceparent (the issuer's span, from the
+    outbox entry's `tp`): its header is replaced by the span's own, so the persister's span
+    becomes its child. Each span ends when Kafka acknowledged the record."""
+    spans: dict[str, Any] = {}
+    for o in batch:
+        if o.dead_letter or not o.headers or o.headers[0][0] != "traceparent":
+            continue
+        span = tracing.start(
+            f"publish {topic}",
+            o.headers[0][1],
+            kind=tracing.PRODUCER,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.destination.name": topic,
+                "flashcoupon.outbox_id": o.entry_id,
+                "flashcoupon.event_id": _header(o.headers, "event-id"),
+            },
+        )
+        o.headers[0] = ("traceparent", tracing.traceparent_of(span).encode())
+        spans[o.entry_id] = span
+    return spans
+
+
+def _header(headers: list[tuple[str, bytes]], name: str) -> str:
+    value = tracing.header(headers, name)
+    return value.decode("utf-8", "replace") if value is not None else ""

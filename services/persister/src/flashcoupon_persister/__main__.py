@@ -10,6 +10,7 @@ import argparse
 import sys
 
 import uvicorn
+from flashcoupon_common import tracing
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import settings_or_exit
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     configure_logging("persister")
     settings = settings_or_exit("flashcoupon-persister", PersisterSettings.from_env)
+    tracing.setup("persister")
     fatal: list[BaseException] = []
     server: uvicorn.Server | None = None
 

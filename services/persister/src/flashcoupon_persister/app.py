@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer
+from flashcoupon_common import tracing
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.kafka_producer import ProducerFactory
 from sqlalchemy import text
@@ -46,6 +47,7 @@ def create_app(
             state["loop"] = loop
             yield
             state.pop("loop", None)
+        await tracing.flush()
 
     async def ready() -> Mapping[str, bool]:
         loop = state.get("loop")

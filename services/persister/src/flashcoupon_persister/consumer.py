@@ -33,12 +33,14 @@ from typing import TypeAlias, TypeVar
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
+from flashcoupon_common import tracing
 from flashcoupon_common.backoff import backoff_delay
 from flashcoupon_common.messages import CouponIssued, SchemaError
 
 from . import metrics
 from .dlq import DeadLetter, DeadLetters, DeadLetterSendError
 from .settings import PersisterSettings
+from .spans import write_spans
 from .writer import BatchWriter, TransientWriteError, WriteTimeout
 
 logger = logging.getLogger(__name__)
@@ -202,8 +204,13 @@ class PersistLoop:
         records = [r for recs in batches.values() for r in recs]
         coupons, origins, dead = decode_all(records)
         if coupons:
+            spans = write_spans(origins, coupons) if tracing.ENABLED else None
             started = time.perf_counter()
-            result = await self._retry("db", lambda: self.writer.write(coupons))
+            try:
+                result = await self._retry("db", lambda: self.writer.write(coupons))
+            finally:
+                for span in spans or ():
+                    span.end()
             metrics.DB_WRITE_SECONDS.observe(time.perf_counter() - started)
             metrics.BATCHES.inc()
             metrics.BATCH_SIZE.observe(len(coupons))

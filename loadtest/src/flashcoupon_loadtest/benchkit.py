@@ -1,0 +1,146 @@
+"""What the single-server benchmarks share: start a uvicorn server process, measure one
+scenario against it (req/s, latency, the server's CPU per request), a never-selling-out event,
+rounds that alternate the paths, the report's head.
+
+bench_issuer and bench_tracing use it; the numbers are comparable between them because the
+server, the driver and the measurement are the same code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.messages import Discount
+
+from flashcoupon_loadtest import driver
+from flashcoupon_loadtest.localrun import uvicorn_command, wait_ready
+from flashcoupon_loadtest.scenarios import Burst, GetLoop
+from flashcoupon_loadtest.stats import latency_summary, outcome_counts, throughput
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+LOGS = Path(__file__).resolve().parents[3] / ".stack" / "logs"
+
+
+def bench_spec(event_id: str, quantity: int) -> EventSpec:
+    now = datetime.now(UTC)
+    return EventSpec(
+        event_id=event_id,
+        title="bench",
+        quantity=quantity,
+        start_at=now - timedelta(minutes=1),
+        end_at=now + timedelta(hours=2),
+        tiers=(
+            TierSpec("big", Discount("fixed", amount=10000), 10),
+            TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
+        ),
+    )
+
+
+def serve(app: str, port: int, env: dict[str, str], log: str, factory: bool) -> Any:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    cmd = uvicorn_command(app, port, factory=factory)
+    out = (LOGS / log).open("wb")
+    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    wait_ready(f"http://127.0.0.1:{port}/readyz", proc=proc, timeout=60)
+    return proc
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the server process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(scenario: Any, url: str, processes: int, server_pid: int) -> dict[str, Any]:
+    cpu0 = cpu_seconds(server_pid)
+    result = driver.run(scenario, [url], processes=processes, timeout=300)
+    server_cpu = cpu_seconds(server_pid) - cpu0
+    recs = result.records
+    lat = latency_summary(r.latency for r in recs)
+    return {
+        "requests": len(recs),
+        "rps": round(throughput(recs), 1),
+        "p50_ms": round(lat["p50"], 2),
+        "p99_ms": round(lat["p99"], 2),
+        "outcomes": outcome_counts(recs),
+        "driver_cpu_s": round(result.cpu_seconds, 2),
+        # CPU the one server process spent per answer: on a shared box this is steadier than
+        # req/s, and its inverse is the process's ceiling if it had a core to itself.
+        "server_cpu_us_per_request": round(server_cpu / max(1, len(recs)) * 1e6, 1),
+        "wall_s": round(result.wall_seconds, 2),
+    }
+
+
+def issue_or_hello(path: str, event_id: str | None, n: int, concurrency: int, prefix: str) -> Any:
+    """The scenario of one round: GET / of hello-world, or a burst of distinct shoppers."""
+    if event_id is None:
+        return GetLoop(path="/", total=n, concurrency=concurrency)
+    return Burst(
+        event_id=event_id,
+        mode="issuer",
+        users=n,
+        concurrency=concurrency,
+        dup_fraction=0.0,
+        retry_fraction=0.0,
+        user_prefix=prefix,
+        name=f"bench-{path}",
+    )
+
+
+def run_rounds(
+    targets: Mapping[str, tuple[str, int, str | None]],
+    *,
+    requests: int,
+    rounds: int,
+    concurrency: int,
+    processes: int,
+) -> dict[str, list[dict[str, Any]]]:
+    """Alternate the paths (name -> (url, server pid, event id or None for hello)) for
+    `rounds` rounds after a discarded warm-up round; every kept measurement per path."""
+    kept: dict[str, list[dict[str, Any]]] = {path: [] for path in targets}
+    for rnd in range(rounds + 1):  # round 0 warms every path up and is discarded
+        n = requests if rnd else max(2000, requests // 10)
+        for path, (url, pid, event_id) in targets.items():
+            scenario = issue_or_hello(path, event_id, n, concurrency, f"r{rnd}-{path}-")
+            m = measure(scenario, url, processes, pid)
+            if rnd:
+                kept[path].append(m)
+                print(
+                    f"round {rnd} {path:8s} {m['rps']:9.0f} req/s  p50 {m['p50_ms']:6.2f} ms"
+                    f"  p99 {m['p99_ms']:6.2f} ms  server CPU "
+                    f"{m['server_cpu_us_per_request']:6.1f} us/req  {m['outcomes']}",
+                    flush=True,
+                )
+    return kept
+
+
+def stop_all(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def report_head(name: str, args: Any) -> dict[str, Any]:
+    """The fields every single-server benchmark report starts with."""
+    return {
+        "benchmark": name,
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "settings": {
+            "requests_per_round": args.requests,
+            "concurrency": args.concurrency,
+            "rounds": args.rounds,
+            "driver_processes": args.processes,
+            "server": "1 uvicorn worker, uvloop, httptools, no access log",
+        },
+    }
