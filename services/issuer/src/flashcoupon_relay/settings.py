@@ -17,6 +17,7 @@ from flashcoupon_common.settings import (
     KafkaSettings,
     RedisSettings,
     SettingsError,
+    env_choice,
     env_int,
     env_str,
 )
@@ -55,6 +56,10 @@ class RelaySettings:
     events: tuple[str, ...] = ()
     host: str = "127.0.0.1"
     port: int = 8084
+    # "replica": publish an outbox batch only once a replica holds it (WAIT 1), as the issuer's
+    # durability "replica" answers a coupon only then — see stream.OutboxStream._confirmed.
+    durability: str = "none"
+    wait_timeout_ms: int = 200
 
     def __post_init__(self) -> None:
         positive = (
@@ -69,6 +74,7 @@ class RelaySettings:
             "backoff_max_ms",
             "shutdown_grace_ms",
             "forget_consumer_ms",
+            "wait_timeout_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -111,4 +117,6 @@ class RelaySettings:
             events=tuple(e.strip() for e in env.get(PREFIX + "EVENTS", "").split(",") if e.strip()),
             host=env_str(env, PREFIX + "HOST", "127.0.0.1"),
             port=num("port"),
+            durability=env_choice(env, PREFIX + "DURABILITY", ("none", "replica"), "none"),
+            wait_timeout_ms=num("wait_timeout_ms"),
         )
