@@ -6,6 +6,8 @@ killed, resume what was frozen. Durations come from `Timing`, so the test tier r
 rows with shorter outages. A row's `allowed` lists the failure categories its setting
 documents as possible (docs/issuer.md: durability `none` may lose a crashed master's last
 writes), which are then reported without failing the run.
+
+Over 300 lines only because the table itself (one `Fault(...)` per row) is long.
 """
 
 from __future__ import annotations

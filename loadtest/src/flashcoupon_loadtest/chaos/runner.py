@@ -10,6 +10,9 @@ Timeline on the workload's clock: burst starts at 0; the fault is injected at `w
 `hold` seconds it is recovered (restart / resume), which ends the fault; the burst goes on
 for `after` seconds more. Then undecided shoppers retry, the pipeline drains, and both stores
 are read directly.
+
+Over 300 lines: `run_row` is one sequence whose set-up (the row's own Kafka, proxies, clock)
+and tear-down must stay side by side in one try/finally; splitting it would scatter that.
 """
 
 from __future__ import annotations

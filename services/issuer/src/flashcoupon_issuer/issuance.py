@@ -21,6 +21,9 @@ your coupon", so a shopper answered 503 is remembered (`Unsettled`) and their ne
 to Redis even after the sell-out: the script answers the replay (same key) or DUPLICATE with the
 code (no key). Each call is bounded by the deadline the gateway sends (`call_budget`), so the
 issuer answers before the gateway stops waiting instead of issuing after a gateway 503.
+
+Over 300 lines: the sold-out flag, the replay cache, the unsettled set and IssueService are
+the one decision "may this press be answered without Redis?", kept together on purpose.
 """
 
 from __future__ import annotations
