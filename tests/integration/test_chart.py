@@ -309,6 +309,17 @@ def test_gateway_forwards_to_the_issuer_and_wallet_services(rendered: Rendered) 
             assert urls[0].hostname == service["metadata"]["name"]
 
 
+@pytest.mark.parametrize("durability", ["none", "replica"])
+def test_the_relay_publishes_with_the_issuers_durability(helm: Path, durability: str) -> None:
+    # With "replica" the relay must publish only replicated entries, or a coupon answered 503
+    # NOT_DURABLE reaches MySQL and is then forgotten by Redis (docs/reliability.md).
+    rendered = render(helm, "--set", f"issuer.durability={durability}")
+    for component in ("issuer", "relay"):
+        (container,) = pod_spec(rendered.deployments()[component])["containers"]
+        env = rendered.container_env(container)
+        assert env[f"FLASHCOUPON_{component.upper()}_DURABILITY"] == durability, component
+
+
 def test_per_pod_routing_lists_every_issuer_pod_by_its_stable_name(
     default: Rendered, per_pod: Rendered
 ) -> None:

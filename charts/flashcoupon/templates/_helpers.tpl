@@ -112,6 +112,8 @@ relay:
   env:
     FLASHCOUPON_RELAY_HOST: 0.0.0.0
     FLASHCOUPON_RELAY_PORT: "8084"
+    # The relay publishes only what the issuer's durability promises (docs/relay.md).
+    FLASHCOUPON_RELAY_DURABILITY: {{ .Values.issuer.durability | quote }}
 persister:
   image: persister
   command: [flashcoupon-persister]
