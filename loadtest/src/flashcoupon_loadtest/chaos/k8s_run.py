@@ -61,9 +61,15 @@ def all_ready(release: Release, component: str) -> bool:
     return bool(status.get("readyReplicas", 0) >= want and len(ready) == len(pods) == want)
 
 
-def kill_shim(release: Release, component: str) -> str:
+def container_id(pod: dict[str, Any]) -> str:
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    return str(statuses[0].get("containerID", "")).split("://", 1)[-1]
+
+
+def kill_shim(release: Release, component: str) -> tuple[str, str, str]:
+    """SIGKILL the shim of one of the component's pods: (what, the pod, its container id)."""
     pod = release.pods(component)[0]
-    container = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    container = container_id(pod)
     info = json.loads(
         subprocess.run(
             [*release.ctr(), "containers", "info", container],
@@ -81,7 +87,8 @@ def kill_shim(release: Release, component: str) -> str:
         processes(), {sandbox, container}, release.env["K8S_CONTAINERD_SOCK"], task_pid
     )
     os.kill(shim.pid, signal.SIGKILL)
-    return f"{pod['metadata']['name']}: killed {shim.argv[0]} pid {shim.pid}"
+    name = pod["metadata"]["name"]
+    return f"{name}: killed {shim.argv[0]} pid {shim.pid}", name, container
 
 
 def helm_upgrade(release: Release, ref: str) -> subprocess.CompletedProcess[str]:
@@ -134,12 +141,20 @@ def run_row(release: Release, row: K8sRow, results: Path) -> dict[str, Any]:
             release.kubectl("delete", "pod", victim, "--force", "--grace-period=0", "--wait=false")
             marks["note"] = f"deleted {victim}"
         elif row.kind == "shim":
-            marks["note"] = kill_shim(release, row.component)
+            marks["note"], pod, old = kill_shim(release, row.component)
+            marks["end"] = time.time()
+            # The pod keeps its name: wait for the kubelet to have restarted its container
+            # (a new container id), or the Ready check below would pass at once.
+            wait_for(
+                lambda: container_id(release.get_json("pod", pod)) not in ("", old),
+                300,
+                f"{pod} restarted",
+            )
         else:
             proc = helm_upgrade(release, rolled)
             marks["note"] = f"helm upgrade to {rolled}: exit {proc.returncode} {proc.stderr[-300:]}"
             marks["error"] = proc.returncode != 0
-        marks["end"] = time.time()
+        marks.setdefault("end", time.time())
         # Until the Deployment is whole again: the "ready s" figure.
         wait_for(lambda: all_ready(release, row.component), 300, f"{row.component} Ready", 0.25)
         marks["ready"] = time.time()
