@@ -34,6 +34,12 @@ KAFKA_BROKERS=${KAFKA_BROKERS:-1}
 KAFKA_BASE_PORT=${KAFKA_BASE_PORT:-19092}
 KAFKA_CONTROLLER_BASE_PORT=${KAFKA_CONTROLLER_BASE_PORT:-19192}
 KAFKA_HEAP=${KAFKA_HEAP:-768m}
+# min.insync.replicas: 2 with 3 or more brokers (an acks=all write survives one broker's loss)
+KAFKA_MIN_INSYNC=${KAFKA_MIN_INSYNC:-$((KAFKA_BROKERS >= 3 ? 2 : 1))}
+# Optional second listener per broker, advertised at another port (a TCP proxy in front of it):
+# broker i listens on KAFKA_PROXIED_BASE_PORT+i-1 and advertises KAFKA_PROXIED_ADVERTISED_BASE_PORT+i-1.
+KAFKA_PROXIED_BASE_PORT=${KAFKA_PROXIED_BASE_PORT:-}
+KAFKA_PROXIED_ADVERTISED_BASE_PORT=${KAFKA_PROXIED_ADVERTISED_BASE_PORT:-}
 MYSQL_PORT=${MYSQL_PORT:-13306}
 STACK_HOST=${FLASHCOUPON_STACK_HOST:-127.0.0.1}
 MYSQL_CLIENT_HOST=${MYSQL_CLIENT_HOST:-127.0.0.1}
@@ -72,6 +78,8 @@ install_system() {
   command -v mariadb >/dev/null || missing+=(mariadb-client)
   command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
   command -v mvn >/dev/null || missing+=(maven)
+  # libfaketime: the chaos suite's clock-skew row runs one issuer with its clock off.
+  compgen -G '/usr/lib/*/faketime/libfaketime.so.1' >/dev/null || missing+=(libfaketime)
   if [ ${#missing[@]} -gt 0 ]; then
     log "apt-get install ${missing[*]}"
     as_root apt-get update -qq
@@ -158,19 +166,26 @@ kafka_write_config() { # id
   done
   local rf=$((KAFKA_BROKERS < 3 ? KAFKA_BROKERS : 3))
   local port=$((KAFKA_BASE_PORT + id - 1)) cport=$((KAFKA_CONTROLLER_BASE_PORT + id - 1))
+  local listeners="PLAINTEXT://$STACK_HOST:$port,CONTROLLER://$STACK_HOST:$cport"
+  local advertised="PLAINTEXT://$STACK_HOST:$port" protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+  if [ -n "$KAFKA_PROXIED_BASE_PORT" ]; then
+    listeners="$listeners,PROXIED://$STACK_HOST:$((KAFKA_PROXIED_BASE_PORT + id - 1))"
+    advertised="$advertised,PROXIED://$STACK_HOST:$((KAFKA_PROXIED_ADVERTISED_BASE_PORT + id - 1))"
+    protocols="$protocols,PROXIED:PLAINTEXT"
+  fi
   cat >"$STACK_DIR/kafka/$id/server.properties" <<EOF
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://$STACK_HOST:$port,CONTROLLER://$STACK_HOST:$cport
-advertised.listeners=PLAINTEXT://$STACK_HOST:$port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$STACK_DIR/kafka/$id/data
 num.partitions=6
 default.replication.factor=$rf
-min.insync.replicas=1
+min.insync.replicas=$KAFKA_MIN_INSYNC
 offsets.topic.replication.factor=$rf
 offsets.topic.num.partitions=12
 transaction.state.log.replication.factor=$rf

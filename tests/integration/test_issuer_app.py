@@ -212,6 +212,16 @@ async def test_sold_out_answers_make_no_redis_call(stack, redis_cluster, events)
             assert r.status_code == 410 and r.json()["code"] == "SOLD_OUT"
         assert calls == 3, "sold-out answers went to Redis"
         assert _sold_out_local(eid) - local_before == 200
+        # A holder asking again without their key (their 201 never reached them, or they
+        # press on another device) is told their coupon, not SOLD_OUT: holders go to Redis.
+        for (h, body), key in zip(winners, (None, "another-key", None), strict=True):
+            again = {"X-Flashcoupon-User": h["X-Flashcoupon-User"]}
+            if key:
+                again["Idempotency-Key"] = key
+            r = await http.post(ISSUE.format(eid), headers=again)
+            assert r.status_code == 409 and r.json()["code"] == "DUPLICATE", r.text
+            assert r.json()["coupon"]["couponCode"] == body["couponCode"]
+        assert calls == 6
         # Raising the supply publishes on the supply channel: the flag is forgotten at once
         # (the TTL is 10 minutes here, so only the pub/sub message can explain a 201).
         await event_state.provision(redis_cluster, make_spec(4, event_id=eid))
@@ -221,6 +231,11 @@ async def test_sold_out_answers_make_no_redis_call(stack, redis_cluster, events)
                 break
             await asyncio.sleep(0.05)
         assert r.status_code == 201
+        # Sold out again with a new holder: the holders are read afresh.
+        r = await http.post(ISSUE.format(eid), headers={"X-Flashcoupon-User": "v0"})
+        assert r.status_code == 410
+        r = await http.post(ISSUE.format(eid), headers={"X-Flashcoupon-User": "late"})
+        assert r.status_code == 409 and r.json()["code"] == "DUPLICATE", r.text
 
 
 def _sold_out_local(eid: str) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from flashcoupon_common import event_state, keys, lua
 from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.holders import Holders
 from flashcoupon_common.messages import Discount
 
 from tests.support.names import random_name
@@ -97,3 +98,10 @@ async def issue_coupons(redis: Any, n: int) -> EventSpec:
         )
         assert reply[0] in (b"ISSUED", "ISSUED"), reply
     return spec
+
+
+async def _nobody(event_id: str) -> frozenset[str]:
+    return frozenset()
+
+
+NOBODY = Holders(_nobody)  # an event whose holders are none of the users asking

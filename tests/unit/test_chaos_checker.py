@@ -86,6 +86,15 @@ def test_other_5xx_unexpected_status_and_wrong_coupon() -> None:
     assert f.wrong == {"other_5xx": 1, "unexpected_status": 2, "wrong_coupon": 1}
 
 
+def test_a_201_whose_code_went_to_another_shopper_is_lost_not_also_wrong() -> None:
+    """Durability `none`: a master that lost the write lets the script issue the same code
+    again (documented). The first shopper's 201 is lost — one category, so `none` may allow it."""
+    stores = held(("b", "C1"))
+    f = run([ans("a", 201, coupon="C1"), ans("b", 201, coupon="C1", sent=2)], stores, stores)
+    assert f.lost == 1 and f.wrong == {}
+    assert f.failures(allowed=("lost", "duplicated", "mismatch")) == []
+
+
 def test_false_sold_out_uses_only_later_samples_below_quantity() -> None:
     early = ans("a", 410, code="SOLD_OUT", sent=1.0)
     late = ans("b", 410, code="SOLD_OUT", sent=3.0)

@@ -80,3 +80,37 @@ def test_unsettled_shoppers_are_remembered_for_a_while_and_bounded() -> None:
     assert ("ev", "ann") not in unsettled and ("ev", "cid") in unsettled
     unsettled.add("ev", "dan", now=time.monotonic() - 61)  # its time has passed
     assert ("ev", "dan") not in unsettled
+
+
+def test_reopening_a_sold_out_event_is_told() -> None:
+    reopened: list[str] = []
+    board = SoldOutBoard(on_reopen=reopened.append)
+    board.observed("ev", False, read_started=1.0)  # never sold out: nothing to tell
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev", at=2.0)
+    board.heard(keys.SUPPLY_CHANNEL, "ev", at=3.0)
+    assert reopened == ["ev"]
+
+
+async def test_the_edge_answers_sold_out_only_to_users_holding_nothing() -> None:
+    """A holder whose first answer was lost (no answer, a 503 from another gateway) presses
+    again without a key after the sell-out: the gateway must forward them, so the issuer tells
+    them their coupon (chaos rows gateway-redis-freeze, redis-master-*-replica)."""
+    import pytest
+    from flashcoupon_common.holders import Holders
+    from flashcoupon_common.http import ProblemError
+    from flashcoupon_gateway.service import USER_HEADER, Gateway
+
+    async def load(event_id: str) -> frozenset[str]:
+        return frozenset({"holder"})
+
+    board = SoldOutBoard()
+    g = Gateway(None, None, None, None, None, None, board, Holders(load))  # type: ignore[arg-type]
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev", at=1.0)
+    with pytest.raises(ProblemError) as err:
+        await g.check_sold_out("ev", {USER_HEADER: "crowd"})
+    assert err.value.status == 410
+    await g.check_sold_out("ev", {USER_HEADER: "holder"})  # forwarded
+    await g.check_sold_out("ev", {USER_HEADER: "crowd", "Idempotency-Key": "k"})  # forwarded
+    await g.check_sold_out("open", {USER_HEADER: "crowd"})  # not sold out
+    unknown = Gateway(None, None, None, None, None, None, board)  # type: ignore[arg-type]
+    await unknown.check_sold_out("ev", {USER_HEADER: "crowd"})  # holders unknown: forwarded

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from flashcoupon_common.holders import Holders
 from flashcoupon_issuer.issuance import IssueService, ReplayCache, SoldOutCache, parse_reply
 
 from tests.support.clock import FakeClock
+from tests.support.issuer import NOBODY
 from tests.support.metrics import sample
 
 COUPON = [b"ABCD0123456789", b"big", b"fixed", b"10000", b"", b"", 1_000, 61_000]
@@ -68,7 +70,7 @@ def test_service_learns_sold_out_from_the_last_coupon() -> None:
         return [b"ISSUED", 0, 0, 1, *COUPON]
 
     async def scenario() -> None:
-        service = IssueService(script, SoldOutCache(ttl=60))
+        service = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY)
         first = await service.issue("ev", "u1", "k1", "", keyed=True)
         assert first.status == "ISSUED"
         assert (await service.issue("ev", "u2", "r", "", keyed=False)).status == "SOLD_OUT"
@@ -113,7 +115,7 @@ def test_paused_and_unknown_events_are_not_remembered_as_sold_out() -> None:
     async def scenario() -> None:
         for status in (b"PAUSED", b"NOT_FOUND"):
             cache = SoldOutCache(ttl=60)
-            service = IssueService(_fixed_script([status, 0, 0, 0]), cache)
+            service = IssueService(_fixed_script([status, 0, 0, 0]), cache, holders=NOBODY)
             for i in range(3):
                 assert (await service.issue("ev", f"u{i}", "r", "", keyed=False)).status == (
                     status.decode()
@@ -158,7 +160,7 @@ def test_a_shopper_answered_503_learns_the_coupon_after_the_sell_out() -> None:
     async def scenario() -> None:
         from flashcoupon_issuer.issuance import IssuerUnavailable
 
-        service = IssueService(script, SoldOutCache(ttl=60))
+        service = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY)
         try:
             await service.issue("ev", "held", "r1", "", keyed=False, budget_ms=2000)
             raise AssertionError("expected IssuerUnavailable")
@@ -197,12 +199,85 @@ def test_unconfirmed_coupon_fails_closed_or_degrades_by_setting() -> None:
         raise NotReplicatedError([b"ISSUED", 5, 0, 1, *COUPON], 0)
 
     async def scenario() -> None:
-        closed = IssueService(script, SoldOutCache(ttl=60))
+        closed = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY)
         assert (await closed.issue("ev", "u", "k", "", keyed=True)).status == "NOT_DURABLE"
         before = sample("flashcoupon_issuer_unconfirmed_total")
-        open_ = IssueService(script, SoldOutCache(ttl=60), unconfirmed="degrade")
+        open_ = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY, unconfirmed="degrade")
         outcome = await open_.issue("ev", "u", "k", "", keyed=True)
         assert outcome.status == "ISSUED" and outcome.coupons[0].code == "ABCD0123456789"
         assert sample("flashcoupon_issuer_unconfirmed_total") == before + 1
+
+    asyncio.run(scenario())
+
+
+def test_a_holder_is_told_the_coupon_after_the_sell_out_others_are_answered_locally() -> None:
+    """A holder whose answer was lost (a client timeout the issuer never saw) retries without a
+    key after the sell-out: the local flag must not answer 410 SOLD_OUT — only the script knows
+    the coupon (chaos row gateway-redis-freeze, unrevealed_error)."""
+    replies: list[Any] = [[b"ISSUED", 0, 0, 1, *COUPON], [b"DUPLICATE", -1, 0, 1, *COUPON]]
+    calls: list[tuple[Any, ...]] = []
+    loads: list[str] = []
+
+    async def script(*args: Any) -> list[Any]:
+        calls.append(args)
+        return replies.pop(0)
+
+    async def holders(event_id: str) -> frozenset[str]:
+        loads.append(event_id)
+        return frozenset({"held"})
+
+    async def scenario() -> None:
+        service = IssueService(script, SoldOutCache(ttl=60), holders=Holders(holders))
+        assert (await service.issue("ev", "held", "r1", "", keyed=False)).status == "ISSUED"
+        crowd = await asyncio.gather(
+            *(service.issue("ev", f"u{i}", "r", "", keyed=False) for i in range(50))
+        )
+        assert {o.status for o in crowd} == {"SOLD_OUT"} and len(calls) == 1
+        again = await service.issue("ev", "held", "r2", "", keyed=False)
+        assert again.status == "DUPLICATE" and again.coupons[0].code == "ABCD0123456789"
+        assert len(calls) == 2 and loads == ["ev"]  # one load for the whole crowd
+
+    asyncio.run(scenario())
+
+
+def test_holders_unreadable_sends_presses_to_the_script() -> None:
+    async def script(*args: Any) -> list[Any]:
+        return [b"SOLD_OUT", 0, 0, 0]
+
+    async def broken(event_id: str) -> frozenset[str]:
+        raise ConnectionError("redis away")
+
+    async def scenario() -> None:
+        calls = 0
+
+        async def counted(*args: Any) -> list[Any]:
+            nonlocal calls
+            calls += 1
+            return await script(*args)
+
+        service = IssueService(counted, SoldOutCache(ttl=60), holders=Holders(broken))
+        for i in range(3):
+            assert (await service.issue("ev", f"u{i}", "r", "", keyed=False)).status == "SOLD_OUT"
+        assert calls == 3  # no holders known: nobody is answered from the flag
+
+    asyncio.run(scenario())
+
+
+def test_a_new_sell_out_reads_the_holders_again() -> None:
+    """Supply raised after a sell-out: the next sell-out has new holders."""
+    sets = [frozenset({"a"}), frozenset({"a", "b"})]
+
+    async def load(event_id: str) -> frozenset[str]:
+        return sets.pop(0)
+
+    async def scenario() -> None:
+        service = IssueService(
+            _fixed_script([b"SOLD_OUT", 0, 0, 0]), SoldOutCache(ttl=60), holders=Holders(load)
+        )
+        service.learn_sold_out("ev")
+        assert await service.holders.get("ev") == frozenset({"a"})
+        service.supply_changed("ev")
+        service.learn_sold_out("ev")
+        assert await service.holders.get("ev") == frozenset({"a", "b"})
 
     asyncio.run(scenario())

@@ -108,6 +108,8 @@ DEFAULTS: dict[type, dict[str, Any]] = {
         "host": "127.0.0.1",
         "port": 8084,
         "log_level": "INFO",
+        "durability": "none",
+        "wait_timeout_ms": 200,
     },
     PersisterSettings: {
         "kafka": {"bootstrap": "127.0.0.1:19092"},
@@ -167,7 +169,8 @@ VARIABLES: dict[type, tuple[str, ...]] = {
         REDIS, KAFKA, "CONSUMER", "TOPIC", "DLQ_TOPIC", "BATCH_SIZE", "BLOCK_MS", "LINGER_MS",
         "CLAIM_IDLE_MS", "CLAIM_INTERVAL_MS", "REGISTRY_REFRESH_MS", "METRICS_INTERVAL_MS",
         "DELIVERY_TIMEOUT_MS", "BACKOFF_BASE_MS", "BACKOFF_MAX_MS", "SHUTDOWN_GRACE_MS",
-        "FORGET_CONSUMER_MS", "EVENTS", "HOST", "PORT", "LOG_LEVEL",
+        "FORGET_CONSUMER_MS", "EVENTS", "HOST", "PORT", "LOG_LEVEL", "DURABILITY",
+        "WAIT_TIMEOUT_MS",
     ),
     PersisterSettings: (
         KAFKA, MYSQL, "GROUP_ID", "TOPIC", "DLQ_TOPIC", "MAX_BATCH", "MAX_WAIT_MS",

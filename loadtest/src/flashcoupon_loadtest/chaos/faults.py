@@ -6,6 +6,8 @@ killed, resume what was frozen. Durations come from `Timing`, so the test tier r
 rows with shorter outages. A row's `allowed` lists the failure categories its setting
 documents as possible (docs/issuer.md: durability `none` may lose a crashed master's last
 writes), which are then reported without failing the run.
+
+Over 300 lines only because the table itself (one `Fault(...)` per row) is long.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class Fault:
     persisters: int = 1
     gateway_redis: bool = False  # the gateways get a Redis Cluster of their own
     redis_proxy: bool = False  # clients reach Redis through toxiproxy (chaos/toxi.py)
+    kafka_proxy: bool = False  # the relay reaches Kafka through toxiproxy
+    kafka_brokers: int = 1  # 3: the row runs on a 3-broker Kafka (RF 3, min.insync 2)
+    issuer_clock: str = ""  # libfaketime offset for the issuers' clock, e.g. "-30s"
     issuer_env: dict[str, str] = field(default_factory=dict)
 
     def hold_seconds(self, timing: Timing) -> float:
@@ -118,20 +123,39 @@ def _gateway_redis(verb: str) -> Action:
     return act
 
 
-def _proxy(verb: str, ms: int = 0) -> Action:
-    """On the event master's proxy: latency (ms), clear, cut (disable) or mend (enable)."""
+def _kafka3(verb: str, broker: str = "kafka-2") -> Action:
+    """kill / start one broker of the row's 3-broker Kafka."""
+
+    async def act(ctx: RowContext) -> None:
+        k3 = ctx.stack.kafka3
+        assert k3 is not None
+        if verb == "kill":
+            k3.kill(broker)
+        else:
+            await asyncio.to_thread(k3._stack, "up", "kafka")
+
+    return act
+
+
+def _proxy(verb: str, ms: int = 0, target: str = "") -> Action:
+    """On a proxy (default: the event master's): latency (ms), clear, cut or mend."""
 
     async def act(ctx: RowContext) -> None:
         proxies = ctx.proxies
         assert proxies is not None
+        name = target or ctx.master
         if verb == "latency":
-            proxies.latency(ctx.master, ms)
+            proxies.latency(name, ms)
         elif verb == "clear":
-            proxies.clear(ctx.master)
+            proxies.clear(name)
         else:
-            proxies.enable(ctx.master, verb == "mend")
+            proxies.enable(name, verb == "mend")
 
     return act
+
+
+async def _nothing(ctx: RowContext) -> None:
+    """The fault is in how the services were started (issuer_clock)."""
 
 
 def _faults() -> list[Fault]:
@@ -221,6 +245,35 @@ def _faults() -> list[Fault]:
             _proxy("mend"),
             hold="redis_freeze",
             redis_proxy=True,
+        ),
+        Fault(
+            "kafka3-broker-kill",
+            "kill -9 one of 3 Kafka brokers (RF 3, min.insync.replicas 2), restarted",
+            _kafka3("kill"),
+            _kafka3("start"),
+            kafka_brokers=3,
+        ),
+        Fault(
+            "relay-kafka-cut",
+            "the relay cut from Kafka (toxiproxy), mended",
+            _proxy("cut", target="kafka-1"),
+            _proxy("mend", target="kafka-1"),
+            hold="freeze",
+            kafka_proxy=True,
+        ),
+        Fault(
+            "relay-kafka-latency",
+            "+300 ms on the relay's Kafka connection (toxiproxy)",
+            _proxy("latency", 300, target="kafka-1"),
+            _proxy("clear", target="kafka-1"),
+            hold="freeze",
+            kafka_proxy=True,
+        ),
+        Fault(
+            "issuer-clock-skew",
+            "both issuers' clocks 30 s behind Redis (libfaketime), the whole row",
+            _nothing,
+            issuer_clock="-30s",
         ),
     ]
     for durability in ("none", "replica"):

@@ -10,6 +10,9 @@ Timeline on the workload's clock: burst starts at 0; the fault is injected at `w
 `hold` seconds it is recovered (restart / resume), which ends the fault; the burst goes on
 for `after` seconds more. Then undecided shoppers retry, the pipeline drains, and both stores
 are read directly.
+
+Over 300 lines: `run_row` is one sequence whose set-up (the row's own Kafka, proxies, clock)
+and tear-down must stay side by side in one try/finally; splitting it would scatter that.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from flashcoupon_common.settings import MysqlSettings, RedisSettings
 from flashcoupon_loadtest.chaos.checker import Figures, judge
 from flashcoupon_loadtest.chaos.faults import Fault, Timing
 from flashcoupon_loadtest.chaos.stack import PrivateStack
-from flashcoupon_loadtest.chaos.toxi import RedisProxies, Unavailable
+from flashcoupon_loadtest.chaos.toxi import KafkaProxy, RedisProxies, Toxiproxy, Unavailable
 from flashcoupon_loadtest.chaos.workload import Plan, Workload
 from flashcoupon_loadtest.invariants import (
     check_event,
@@ -74,7 +77,7 @@ class RowContext:
     stack: PrivateStack
     services: ChaosServices
     master: str  # redis-<port> owning the event's slot when the row began
-    proxies: RedisProxies | None = None
+    proxies: Toxiproxy | None = None
 
 
 @dataclass
@@ -176,8 +179,12 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
     }
     timeline: dict[str, float] = {}
     services: ChaosServices | None = None
-    proxies: RedisProxies | None = None
+    proxies: Toxiproxy | None = None
+    issuer_env = {"FLASHCOUPON_ISSUER_DURABILITY": fault.durability, **fault.issuer_env}
+    relay_env: dict[str, str] = {}
     try:
+        if fault.issuer_clock:
+            issuer_env.update(faketime_env(fault.issuer_clock))
         await redis.initialize()
         spec = _spec(event_id, quantity)
         await event_state.provision(redis, spec)
@@ -193,10 +200,19 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             finally:
                 await gw_redis.aclose()
             gateway_env["FLASHCOUPON_REDIS_NODES"] = gw.redis_nodes_setting
-        await create_topics(stack.kafka_bootstrap, topic, partitions=6)
+        if fault.kafka_brokers > 1:
+            k3 = await asyncio.to_thread(stack.start_kafka3)
+            env = {**env, "FLASHCOUPON_KAFKA_BOOTSTRAP": k3.kafka_bootstrap}
+            await create_topics(k3.kafka_bootstrap, topic, partitions=6, replication_factor=3)
+        else:
+            await create_topics(stack.kafka_bootstrap, topic, partitions=6)
         if fault.redis_proxy:
             proxies = RedisProxies(stack, log_dir)
             await asyncio.to_thread(proxies.start)
+        elif fault.kafka_proxy:
+            kafka_proxy = proxies = KafkaProxy(stack, log_dir)
+            await asyncio.to_thread(proxies.start)
+            relay_env["FLASHCOUPON_KAFKA_BOOTSTRAP"] = kafka_proxy.bootstrap
         services = ChaosServices(
             wallet=False,
             relays=fault.relays,
@@ -204,7 +220,7 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             env=env,
             log_dir=log_dir,
             per_service_env={
-                "issuer": {"FLASHCOUPON_ISSUER_DURABILITY": fault.durability, **fault.issuer_env},
+                "issuer": issuer_env,
                 "gateway": gateway_env,
                 "relay": {
                     "FLASHCOUPON_RELAY_EVENTS": event_id,
@@ -212,6 +228,9 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
                     # A dead relay's pending entries are claimed after 5 s, not 30 s.
                     "FLASHCOUPON_RELAY_CLAIM_IDLE_MS": "5000",
                     "FLASHCOUPON_RELAY_CLAIM_INTERVAL_MS": "1000",
+                    # The same setting as the issuer's: publish only what a replica holds.
+                    "FLASHCOUPON_RELAY_DURABILITY": fault.durability,
+                    **relay_env,
                 },
                 "persister": {
                     "FLASHCOUPON_PERSISTER_TOPIC": topic,
@@ -222,7 +241,8 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
         await asyncio.to_thread(services.start)
         node = redis.nodes_manager.get_node_from_slot(redis.keyslot(keys.config_key(event_id)))
         port = int(node.port)
-        real = {v: k for k, v in proxies.proxy_of.items()} if proxies else {}
+        proxy_of = proxies.proxy_of if isinstance(proxies, RedisProxies) else {}
+        real = {v: k for k, v in proxy_of.items()}
         ctx = RowContext(stack, services, f"redis-{real.get(port, port)}", proxies)
         plan = Plan(event_id, shoppers, timing.rate, prefix=f"u{secrets.token_hex(2)}")
 
@@ -308,8 +328,24 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             await asyncio.to_thread(services.stop)
         if proxies is not None:
             await asyncio.to_thread(proxies.stop)
+        if fault.kafka_brokers > 1:
+            await asyncio.to_thread(stack.stop_kafka3)
         await redis.aclose()
         await engine.dispose()
+
+
+def faketime_env(offset: str) -> dict[str, str]:
+    """Environment that runs a process with its wall clock off by `offset` (libfaketime).
+
+    Monotonic clocks are left alone: timeouts and backoffs stay real, only time.time() (and
+    anything reading the wall clock) is skewed.
+    """
+    import glob
+
+    libs = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    if not libs:
+        raise Unavailable("libfaketime not installed (scripts/stack.sh install adds it)")
+    return {"LD_PRELOAD": libs[0], "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
 async def _catalog(engine: Any, spec: EventSpec) -> None:

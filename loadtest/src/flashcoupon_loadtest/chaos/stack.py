@@ -3,7 +3,9 @@
 Everything is started through scripts/stack.sh with its own FLASHCOUPON_STACK_DIR and free
 ports (never the shared stack on 17000-17005/19092/13306 that other tests use), so a row may
 kill, freeze and restart any server. The gateway's own Redis Cluster (3 masters, no replicas)
-is started only for the row that takes it away.
+is started only for the row that takes it away, a 3-broker Kafka (RF 3, min.insync.replicas 2)
+only for the row that kills one of its brokers. The broker has a second listener advertised at a
+proxy's port, for the relay ↔ Kafka rows (chaos/toxi.py).
 
 The one subtle part: every server's pid is read from the pidfile stack.sh wrote, so a fault
 signals exactly the process this stack started, and a restart is `stack.sh up <part>`, which
@@ -58,6 +60,7 @@ class PrivateStack:
     redis_nodes: int = 6
     env: dict[str, str] = field(default_factory=dict)
     gateway_redis: PrivateStack | None = None
+    kafka3: PrivateStack | None = None
 
     def __post_init__(self) -> None:
         if not self.env:
@@ -71,6 +74,8 @@ class PrivateStack:
                 "KAFKA_BASE_PORT": str(kafka),
                 "KAFKA_CONTROLLER_BASE_PORT": str(kafka + 100),
                 "KAFKA_HEAP": "384m",
+                "KAFKA_PROXIED_BASE_PORT": str(_port_range(1)),
+                "KAFKA_PROXIED_ADVERTISED_BASE_PORT": str(_port_range(1, low=30000, high=39000)),
                 "MYSQL_PORT": str(_port_range(1)),
             }
 
@@ -87,7 +92,8 @@ class PrivateStack:
 
     @property
     def kafka_bootstrap(self) -> str:
-        return f"127.0.0.1:{self.env['KAFKA_BASE_PORT']}"
+        base, brokers = int(self.env["KAFKA_BASE_PORT"]), int(self.env.get("KAFKA_BROKERS", "1"))
+        return ",".join(f"127.0.0.1:{base + i}" for i in range(brokers))
 
     @property
     def mysql_url(self) -> str:
@@ -152,6 +158,27 @@ class PrivateStack:
             self.gateway_redis._stack("up", "redis")
         return self.gateway_redis
 
+    def start_kafka3(self) -> PrivateStack:
+        """A second Kafka of 3 brokers (RF 3, min.insync.replicas 2 by stack.sh's rule)."""
+        if self.kafka3 is None:
+            base = _port_range(3, offset=100)
+            state = self.state / "kafka3"
+            env = {
+                "FLASHCOUPON_STACK_DIR": str(state),
+                "KAFKA_BROKERS": "3",
+                "KAFKA_BASE_PORT": str(base),
+                "KAFKA_CONTROLLER_BASE_PORT": str(base + 100),
+                "KAFKA_HEAP": "384m",
+            }
+            self.kafka3 = PrivateStack(state=state, env=env)
+        self.kafka3._stack("up", "kafka")
+        return self.kafka3
+
+    def stop_kafka3(self) -> None:
+        if self.kafka3 is not None:
+            self.kafka3._stack("down", "kafka", check=False)
+            self.kafka3 = None
+
     def healthy(self) -> tuple[bool, str]:
         proc = self._stack("status", check=False)
         return proc.returncode == 0, proc.stdout
@@ -159,6 +186,7 @@ class PrivateStack:
     def stop(self, *, wipe: bool = True) -> None:
         if self.gateway_redis is not None:
             self.gateway_redis._stack("down", "redis", check=False)
+        self.stop_kafka3()
         self._stack("down", check=False)
         if wipe:
             shutil.rmtree(self.state, ignore_errors=True)

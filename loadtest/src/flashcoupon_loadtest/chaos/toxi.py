@@ -1,4 +1,4 @@
-"""Network faults between the services and Redis, through toxiproxy (no tc/netem here).
+"""Network faults between the services and Redis or Kafka, through toxiproxy (no tc/netem).
 
 Redis Cluster tells its clients where each node is (CLUSTER SLOTS, MOVED), so a proxy in
 front of a node's port alone would be bypassed after the first redirect. Instead every node
@@ -9,6 +9,11 @@ own reads — goes through the proxies, node-to-node gossip and replication do n
 isolates the clients from a healthy master and no failover happens. Services are started
 after the announce change (per row), so they learn the proxied addresses from the first
 CLUSTER SLOTS. The announce ports are reset when the row ends.
+
+Kafka likewise tells clients where its brokers are (metadata): the private stack's broker has a
+second listener, PROXIED, that advertises the proxy's port (scripts/stack.sh,
+KAFKA_PROXIED_*), and only the relay is given the proxy as its bootstrap: so a cut or latency
+hits relay ↔ Kafka and nothing else (the persister and the checker use the plain listener).
 
 toxiproxy-server is built from the Go module proxy into .cache/bin when missing.
 """
@@ -57,14 +62,12 @@ def ensure_binary() -> Path:
     return BIN
 
 
-class RedisProxies:
-    """A toxiproxy server with one proxy per node of `stack`'s Redis Cluster."""
+class Toxiproxy:
+    """A toxiproxy server and its proxies (`routes`: name → (listen port, upstream port))."""
 
-    def __init__(self, stack: PrivateStack, log_dir: Path) -> None:
-        self.stack = stack
+    def __init__(self, routes: dict[str, tuple[int, int]], log_dir: Path) -> None:
+        self.routes = routes
         self.api_port = free_port()
-        self.base = _port_range(len(stack.redis_ports), low=30000, high=39000)
-        self.proxy_of = {p: self.base + i for i, p in enumerate(stack.redis_ports)}
         log_dir.mkdir(parents=True, exist_ok=True)
         self._log = open(log_dir / "toxiproxy.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -107,35 +110,17 @@ class RedisProxies:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError("toxiproxy-server did not start") from None
                 time.sleep(0.2)
-        for port, proxy in self.proxy_of.items():
+        for name, (listen, upstream) in self.routes.items():
             self._api(
                 "POST",
                 "/proxies",
                 {
-                    "name": f"redis-{port}",
-                    "listen": f"127.0.0.1:{proxy}",
-                    "upstream": f"127.0.0.1:{port}",
+                    "name": name,
+                    "listen": f"127.0.0.1:{listen}",
+                    "upstream": f"127.0.0.1:{upstream}",
                     "enabled": True,
                 },
             )
-        for port, proxy in self.proxy_of.items():
-            _cli(port, "config", "set", "cluster-announce-bus-port", str(port + 10000))
-            _cli(port, "config", "set", "cluster-announce-port", str(proxy))
-        self._wait_announced(set(self.proxy_of.values()))
-
-    def _wait_announced(self, want: set[int], within: float = 20.0) -> None:
-        """Until every node's CLUSTER SLOTS lists exactly the ports `want` (gossip is lazy)."""
-        known = set(self.proxy_of) | set(self.proxy_of.values())
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            ok = True
-            for port in self.stack.redis_ports:
-                slots = _cli(port, "cluster", "slots").split()
-                ok = ok and {int(x) for x in slots if x.isdigit() and int(x) in known} == want
-            if ok:
-                return
-            time.sleep(0.3)
-        raise RuntimeError(f"Redis nodes did not announce ports {sorted(want)}")
 
     def latency(self, node: str, ms: int) -> None:
         self._api(
@@ -158,6 +143,55 @@ class RedisProxies:
         self._api("POST", f"/proxies/{node}", {"enabled": enabled})
 
     def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.close()
+
+
+class KafkaProxy(Toxiproxy):
+    """One proxy, `kafka-1`, in front of the private broker's PROXIED listener."""
+
+    def __init__(self, stack: PrivateStack, log_dir: Path) -> None:
+        listen = int(stack.env["KAFKA_PROXIED_ADVERTISED_BASE_PORT"])
+        super().__init__({"kafka-1": (listen, int(stack.env["KAFKA_PROXIED_BASE_PORT"]))}, log_dir)
+        self.bootstrap = f"127.0.0.1:{listen}"
+
+
+class RedisProxies(Toxiproxy):
+    """One proxy per node of `stack`'s Redis Cluster, announced by the nodes themselves."""
+
+    def __init__(self, stack: PrivateStack, log_dir: Path) -> None:
+        self.stack = stack
+        self.base = _port_range(len(stack.redis_ports), low=30000, high=39000)
+        self.proxy_of = {p: self.base + i for i, p in enumerate(stack.redis_ports)}
+        routes = {f"redis-{p}": (proxy, p) for p, proxy in self.proxy_of.items()}
+        super().__init__(routes, log_dir)
+
+    def start(self) -> None:
+        super().start()
+        for port, proxy in self.proxy_of.items():
+            _cli(port, "config", "set", "cluster-announce-bus-port", str(port + 10000))
+            _cli(port, "config", "set", "cluster-announce-port", str(proxy))
+        self._wait_announced(set(self.proxy_of.values()))
+
+    def _wait_announced(self, want: set[int], within: float = 20.0) -> None:
+        """Until every node's CLUSTER SLOTS lists exactly the ports `want` (gossip is lazy)."""
+        known = set(self.proxy_of) | set(self.proxy_of.values())
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            ok = True
+            for port in self.stack.redis_ports:
+                slots = _cli(port, "cluster", "slots").split()
+                ok = ok and {int(x) for x in slots if x.isdigit() and int(x) in known} == want
+            if ok:
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"Redis nodes did not announce ports {sorted(want)}")
+
+    def stop(self) -> None:
         try:
             for port in self.proxy_of:
                 _cli(port, "config", "set", "cluster-announce-port", "0")
@@ -166,9 +200,4 @@ class RedisProxies:
             # proxy that no longer exists.
             self._wait_announced(set(self.proxy_of))
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-            self._log.close()
+            super().stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -11,6 +12,7 @@ from typing import Any
 
 import httpx
 from flashcoupon_common import channels, keys, tracing
+from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -68,7 +70,8 @@ def create_app(
             if settings.auth.jwks_url
             else None
         )
-        board = SoldOutBoard()
+        holders = Holders(functools.partial(scan_holders, client))
+        board = SoldOutBoard(on_reopen=holders.forget)
         room = WaitingRoom(
             runner,
             settings.ticket_secret,
@@ -91,6 +94,7 @@ def create_app(
                 open_seconds=settings.breaker_open_seconds,
             ),
             sold_out=board,
+            holders=holders,
         )
         state["redis"] = client
         IN_FLIGHT.set_function(lambda: gateway.in_flight)  # read at scrape time, not per request

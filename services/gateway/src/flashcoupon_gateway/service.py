@@ -14,6 +14,7 @@ from typing import Any
 
 from flashcoupon_common import tracing, validation
 from flashcoupon_common.event_spec import AdmissionSpec
+from flashcoupon_common.holders import Holders
 from flashcoupon_common.http import ProblemError, problem
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
@@ -133,6 +134,8 @@ class Gateway:
     # The process's sell-out knowledge (also read by `room`): heard on the event channels and
     # confirmed by every spec read; never learned from the issuer's answers.
     sold_out: SoldOutBoard
+    # Who holds a coupon of a sold-out event: only others get the edge's 410 (None: nobody).
+    holders: Holders | None = None
     in_flight: int = field(default=0)
     # Shoppers answered 503 on an issue: their retry goes to the issuer even after a sell-out.
     unsettled: Unsettled = field(default_factory=Unsettled)
@@ -163,7 +166,7 @@ class Gateway:
         """The whole issue flow for an authenticated press: sold-out at the edge, rate limits,
         admission or a waiting-room ticket, then the issuer's answer."""
         info = await self.specs.get(event_id)
-        self.check_sold_out(event_id, headers)
+        await self.check_sold_out(event_id, headers)
         outcomes, queued = await self.admit_issue(ip, event_id, user, info)
         if queued is not None:
             return Queued(self.queued_body(event_id, user, queued, info), outcomes)
@@ -202,17 +205,22 @@ class Gateway:
             stages.append([self.limiter.event_check(event_id, adm.max_per_second)])
         return await self.limiter.check_all(stages), None
 
-    def check_sold_out(self, event_id: str, headers: dict[str, str]) -> None:
+    async def check_sold_out(self, event_id: str, headers: dict[str, str]) -> None:
         """410 SOLD_OUT for a press of a sold-out event: no rate-limit call, no issuer call.
 
         Keyed requests pass: a retry of a press that did get a coupon must reach the issuer to
         get that coupon back (a keyed press that holds nothing still gets no queue ticket); so
-        do shoppers this process answered 503, who may hold a coupon without knowing it.
+        do shoppers this process answered 503, and every holder of a coupon of the event (its
+        holders are loaded once per sell-out): a holder whose answer was lost — a timeout, a
+        503 from another replica — is told their coupon by the issuer (409 DUPLICATE).
         """
+        user = headers[USER_HEADER]
         if (
             self.sold_out.is_sold_out(event_id)
             and "Idempotency-Key" not in headers
-            and (event_id, headers[USER_HEADER]) not in self.unsettled
+            and (event_id, user) not in self.unsettled
+            and self.holders is not None
+            and await self.holders.holds_nothing(event_id, user)
         ):
             raise sold_out(event_id)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
 from flashcoupon_common import keys
 
@@ -39,7 +40,9 @@ def sold_out_in_state(
 
 
 class SoldOutBoard:
-    def __init__(self) -> None:
+    def __init__(self, on_reopen: Callable[[str], None] | None = None) -> None:
+        # Told when a sold-out event is open again (supply raised): its holders change.
+        self._on_reopen = on_reopen
         self._sold: set[str] = set()
         self._heard_at: dict[str, float] = {}  # event -> monotonic time of its latest message
         self._wakers: dict[str, asyncio.Event] = {}
@@ -76,7 +79,10 @@ class SoldOutBoard:
 
     def _set(self, event_id: str, sold_out: bool) -> None:
         if not sold_out:
-            self._sold.discard(event_id)
+            if event_id in self._sold:
+                self._sold.discard(event_id)
+                if self._on_reopen is not None:
+                    self._on_reopen(event_id)
             return
         if len(self._sold) >= _CAPACITY:
             self._sold.clear()

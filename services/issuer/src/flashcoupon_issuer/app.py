@@ -10,6 +10,7 @@ it can be.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -17,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from flashcoupon_common import channels, keys, tracing
+from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.red_metrics import REDMiddleware
@@ -64,9 +66,9 @@ async def listen_for_supply(
 
     async def on_news(channel: str, event_id: str) -> None:
         if channel != keys.SUPPLY_CHANNEL:
-            service.sold_out.learn(event_id)
+            service.learn_sold_out(event_id)
         elif await redis.exists(keys.config_key(event_id)):
-            service.sold_out.forget(event_id)
+            service.supply_changed(event_id)
             metrics.watch_event(event_id)  # its outcome series exist before the doors open
         else:
             service.forget_event(event_id)  # deleted
@@ -107,6 +109,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         service = IssueService(
             call,
             cache,
+            holders=Holders(functools.partial(scan_holders, client)),
             retry_deadline_s=settings.retry_deadline_s,
             deadline_margin_ms=settings.deadline_margin_ms,
             unconfirmed=settings.unconfirmed,

@@ -8,6 +8,7 @@ character (which made different users one, and handed one user's coupon to anoth
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -268,13 +269,18 @@ def _check(event_id: str, user: str | None, key: str | None) -> Response | None:
 
 async def event_status(request: Request) -> Response:
     event_id = validation.event_id(request.path_params["eventId"])
-    state = await event_state.read_state(request.state.redis, event_id)
+    redis = request.state.redis
+    state, (seconds, micros) = await asyncio.gather(
+        event_state.read_state(redis, event_id), redis.time()
+    )
     if state is None:
         raise ProblemError(404, "EVENT_NOT_FOUND", f"no event {event_id}")
+    # The phase by Redis's clock, as issue.lua decides activation: this host's may be off.
+    now = event_state.from_ms(int(seconds) * 1000 + int(micros) // 1000)
     return JSONResponse(
         {
             "eventId": event_id,
-            "phase": state.phase(),
+            "phase": state.phase(now),
             "paused": state.paused,
             "startAt": iso(event_state.to_ms(state.start_at)),
             "endAt": iso(event_state.to_ms(state.end_at)),

@@ -10,6 +10,11 @@ that reaches a *different* issuer process after the sell-out is answered SOLD_OU
 shopper holds the coupon (it is in their wallet); a gateway routing by user avoids that
 (docs/issuer.md).
 
+The local flag answers SOLD_OUT only to users known to hold nothing (flashcoupon_common.holders:
+the event's holders, loaded once per sell-out): a holder whose first answer was lost — a timeout
+the issuer never saw as one, a retry on another issuer process — goes to the script, which
+answers their coupon (a replay or DUPLICATE).
+
 A 503 is indeterminate: the script may have run while its answer was lost (a master dying
 mid-batch), or may still run after the caller's deadline. The contract is "retry; you will learn
 your coupon", so a shopper answered 503 is remembered (`Unsettled`) and their next presses go
@@ -32,6 +37,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flashcoupon_common.holders import Holders, holds_nothing
 from flashcoupon_common.messages import Discount
 from flashcoupon_common.redis_batch import NotReplicatedError
 
@@ -248,12 +254,14 @@ class IssueService:
         sold_out: SoldOutCache,
         replays: ReplayCache | None = None,
         *,
+        holders: Holders,
         retry_deadline_s: float = 15.0,
         deadline_margin_ms: int = 300,
         unconfirmed: str = "fail",
     ) -> None:
         self._call = call
         self.sold_out = sold_out
+        self.holders = holders
         self.replays = replays or ReplayCache()
         self.unsettled = Unsettled()
         self.retry_deadline_s = retry_deadline_s
@@ -276,9 +284,14 @@ class IssueService:
             if earlier is not None:
                 metrics.count_outcome(event_id, "REPLAYED")
                 return earlier
-            metrics.count_sold_out_local(event_id)
-            metrics.count_outcome(event_id, "SOLD_OUT")
-            return SOLD_OUT
+            known = self.holders.cached(event_id)
+            if known is None:
+                known = await self.holders.get(event_id)
+            if holds_nothing(known, user_id):
+                metrics.count_sold_out_local(event_id)
+                metrics.count_outcome(event_id, "SOLD_OUT")
+                return SOLD_OUT
+            # A holder (or holders unknown): the script tells them their coupon.
         seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
         deadline = time.monotonic() + seconds
         try:
@@ -323,7 +336,7 @@ class IssueService:
         if keyed and outcome.status == "ISSUED":
             self.replays.put(event_id, user_id, request_id, reply)
         if proves_sold_out(outcome):
-            self.sold_out.learn(event_id)
+            self.learn_sold_out(event_id)
         if outcome.remaining is not None:
             metrics.set_remaining(event_id, outcome.remaining)
         elif outcome.status == "ENDED":
@@ -332,7 +345,19 @@ class IssueService:
         metrics.count_outcome(event_id, "REPLAYED" if outcome.replay else outcome.status)
         return outcome
 
+    def learn_sold_out(self, event_id: str) -> None:
+        """The event sold out (again): a new sell-out may have new holders, so they are read
+        afresh the first time they are needed."""
+        if not self.sold_out.known(event_id):
+            self.holders.forget(event_id)
+        self.sold_out.learn(event_id)
+
+    def supply_changed(self, event_id: str) -> None:
+        """Provisioning changed the event (quantity raised: it may sell again)."""
+        self.sold_out.forget(event_id)
+        self.holders.forget(event_id)
+
     def forget_event(self, event_id: str) -> None:
         """The event was deleted: drop its flag and its metric series."""
-        self.sold_out.forget(event_id)
+        self.supply_changed(event_id)
         metrics.forget_event(event_id)

@@ -59,6 +59,10 @@ class RelaySettings(FromEnv):
     host: str = "127.0.0.1"
     port: int = 8084
     log_level: str = "INFO"
+    # "replica": publish an outbox batch only once a replica holds it (WAIT 1), as the issuer's
+    # durability "replica" answers a coupon only then — see stream.OutboxStream._confirmed.
+    durability: str = setting("none", choices=("none", "replica"))
+    wait_timeout_ms: int = setting(200, check=positive)
 
     def __post_init__(self) -> None:
         if self.block_ms >= 5_000:

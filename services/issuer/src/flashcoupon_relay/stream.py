@@ -5,6 +5,13 @@ group's pending list under this relay's name. If this relay dies, another relay'
 takes it over once it has been idle for claim_idle_ms; if this relay restarts under the same
 name, it first re-reads its own pending entries (id 0). Either way the record may reach Kafka
 twice — the persister's UNIQUE constraints make that harmless — but never zero times.
+
+With durability "replica" an entry is published only once a replica holds it (`_confirmed`).
+Otherwise a failover could discard an outbox entry the relay had already sent to Kafka: the
+coupon would be in MySQL while the promoted master — the source of every later answer — never
+issued it, and the shopper (answered 503 NOT_DURABLE: no replica confirmed) would be told
+SOLD_OUT on retry although MySQL shows them a coupon. Confirmed first, a NOT_DURABLE coupon
+either survives the failover in Redis (the retry reveals it) or never reaches MySQL.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any
 
 from flashcoupon_common import keys
 from flashcoupon_common.backoff import backoff_delay
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import ResponseError
 
 from flashcoupon_relay.delivery import GROUP, Delivery
@@ -32,6 +39,14 @@ Entries = list[tuple[bytes, dict[bytes, bytes]]]
 
 def text(v: bytes | str) -> str:
     return v.decode() if isinstance(v, bytes) else v
+
+
+class NotConfirmed(Exception):
+    """No replica acknowledged an outbox batch within the WAIT timeout: it stays pending."""
+
+
+def replicas_required(durability: str) -> int:
+    return 1 if durability == "replica" else 0
 
 
 class OutboxStream:
@@ -58,7 +73,7 @@ class OutboxStream:
     async def run(self) -> None:
         """Relay until stopped, or until the event left the registry and its outbox is empty."""
         s = self.settings
-        event_id, key = self.event_id, self.key
+        event_id = self.event_id
         self._metrics.watch_event(event_id)
         group_ready = False
         own_pending = True  # at start and after any error: our own unacknowledged entries first
@@ -82,7 +97,7 @@ class OutboxStream:
                     await self._claim()
                 entries = await self._read(">", block=True)
                 if entries:
-                    await self._delivery.deliver(event_id, key, entries)
+                    await self._deliver(entries)
                 elif not self._registered(event_id) and await self._drained():
                     logger.info("event %s left the registry and its outbox is empty", event_id)
                     self._metrics.forget_event(event_id)
@@ -149,7 +164,7 @@ class OutboxStream:
             if not entries:
                 return
             logger.info("re-delivering %d own pending entries of %s", len(entries), self.event_id)
-            await self._delivery.deliver(self.event_id, self.key, entries)
+            await self._deliver(entries)
             cursor = text(entries[-1][0])
 
     async def _claim(self) -> None:
@@ -163,7 +178,7 @@ class OutboxStream:
             if entries:
                 self._metrics.claimed.labels(self.event_id).inc(len(entries))
                 logger.warning("claimed %d idle entries of %s", len(entries), self.event_id)
-                await self._delivery.deliver(self.event_id, key, entries)
+                await self._deliver(entries)
             if text(nxt) == "0-0":
                 break
             start = nxt
@@ -174,6 +189,41 @@ class OutboxStream:
             if not pending:
                 await self._redis.xgroup_delconsumer(key, GROUP, name)
                 logger.info("removed idle consumer %s from %s", name, key)
+
+    async def _deliver(self, entries: Entries) -> None:
+        await self._delivery.deliver(self.event_id, self.key, await self._confirmed(entries))
+
+    async def _confirmed(self, entries: Entries) -> Entries:
+        """The entries a replica holds (all of them, or NotConfirmed), with durability replica.
+
+        WAIT covers the writes made on its own connection, and entries may have been read on
+        any pooled connection (or by a relay that died): so on one connection to the stream's
+        master, XCLAIM them to ourselves (min-idle 0, JUSTID: a write that is replicated, after
+        every XADD of these entries) and then WAIT. Unconfirmed, the batch stays pending, the
+        caller backs off and re-reads it. Entries gone from the stream meanwhile are dropped.
+        """
+        needed = replicas_required(self.settings.durability)
+        if not needed or not entries:
+            return entries
+        s = self.settings
+        ids = [entry_id for entry_id, _ in entries]
+        claim = PipelineCommand(
+            0, "XCLAIM", self.key, GROUP, s.consumer, 0, *ids, "JUSTID", parse_justid=True
+        )
+        wait = PipelineCommand(1, "WAIT", needed, s.wait_timeout_ms)
+        node = self._redis.get_node_from_key(self.key)
+        if node is None:
+            raise NotConfirmed(f"no node serves {self.key} (cluster changing)")
+        await node.execute_pipeline([claim, wait])
+        claimed: Any = claim.result
+        acked: Any = wait.result
+        for result in (claimed, acked):
+            if isinstance(result, Exception):
+                raise result
+        if int(acked) < needed:
+            raise NotConfirmed(f"{acked} of {needed} replicas hold {len(ids)} entries")
+        held = {text(i) for i in claimed}
+        return [e for e in entries if text(e[0]) in held]
 
     async def _drained(self) -> bool:
         length = await self._redis.xlen(self.key)
