@@ -157,6 +157,10 @@ observe-check: stack-up ## a private Prometheus scrapes a local run + burst; eve
 chaos: install ## fault rows on a private stack, one table + loadtest/results/chaos.json (FAULT=row[,row])
 	$(RUN) python -m flashcoupon_loadtest.chaos $(if $(FAULT),--fault $(FAULT))
 
+.PHONY: chaos-k8s
+chaos-k8s: install ## pod-level fault rows on the dev release (make k8s-deploy first), table + loadtest/results/chaos-k8s.json (FAULT=row[,row])
+	$(RUN) python -m flashcoupon_loadtest.chaos.k8s_run $(if $(FAULT),--fault $(FAULT))
+
 # ---------------------------------------------------------------- dev Kubernetes (docs/deploy.md)
 
 .PHONY: k8s-up k8s-status k8s-down k8s-reset k8s-images k8s-deploy k8s-demo k8s-test k8s-build-background

@@ -34,6 +34,7 @@ from flashcoupon_common.db.engine import create_engine
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import MysqlSettings, RedisSettings
 from flashcoupon_loadtest import demo
+from flashcoupon_loadtest.chaos.cluster import deploy_env
 from flashcoupon_loadtest.drop import DEFAULT_MANIFEST, demo_manifest
 from flashcoupon_loadtest.invariants import persisted_count
 
@@ -46,18 +47,6 @@ ACTIVE_WITHIN_S = 2.0
 def say(text: str = "") -> None:
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def deploy_env() -> dict[str, str]:
-    """KUBECONFIG, K8S_BIN, GATEWAY_URL, the stores' FLASHCOUPON_* (k8s-deploy.sh env)."""
-    out = subprocess.run(
-        [str(ROOT / "scripts" / "k8s-deploy.sh"), "env"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
 class Kubectl:

@@ -14,59 +14,15 @@ here at a moment measured from the event's startAt:
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.support.k8s import Release, wait_for
+from tests.support.k8s import Release, burst_with, wait_for
 from tests.support.names import random_name
 from tests.support.paths import ROOT
 
 DECIDED = {"ISSUED", "SOLD_OUT", "DUPLICATE", "RATE_LIMITED"}
-
-
-def burst_with(release: Release, tmp_path: Path, action: Callable[[], None], *, at: float,
-               users: int = 20_000, coupons: int = 2_000, spread: float = 8.0) -> dict:  # fmt: skip
-    """Run the demo; call `action` `at` seconds after startAt; return its report (demo.json)."""
-    cmd = [sys.executable, str(ROOT / "k8s/dev/demo.py"), "--users", str(users),
-           "--coupons", str(coupons), "--concurrency", "64", "--duration", str(spread),
-           "--drain-timeout", "120", "--results-dir", str(tmp_path)]  # fmt: skip
-    lines: list[str] = []
-    fired = threading.Event()
-    # `with` closes the pipe: an unclosed one is a ResourceWarning, an error under pytest here.
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            found = re.search(r"startAt (\d\d:\d\d:\d\d\.\d+) UTC", line)
-            if found and not fired.is_set():
-                clock = datetime.strptime(found.group(1), "%H:%M:%S.%f").time()
-                start = datetime.combine(datetime.now(UTC).date(), clock, tzinfo=UTC)
-                delay = start.timestamp() + at - time.time()
-
-                def fire(delay: float = delay) -> None:
-                    time.sleep(max(0.0, delay))
-                    action()
-                    fired.set()
-
-                threading.Thread(target=fire, daemon=True).start()
-        proc.wait(timeout=600)
-    output = "".join(lines)
-    (tmp_path / "demo.out").write_text(output)
-    # The action may outlast the burst (a `helm upgrade --wait` of up to 5 min).
-    assert fired.wait(420), output[-4000:]
-    report_path = tmp_path / "demo.json"
-    assert report_path.exists(), output[-12000:]
-    report = json.loads(report_path.read_text())
-    report["_output"] = output
-    report["_returncode"] = proc.returncode
-    return report
 
 
 def invariant(report: dict, number: int) -> dict:

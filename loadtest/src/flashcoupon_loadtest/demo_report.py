@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -86,6 +87,9 @@ def drop_report(
         "targets": targets,
         "summary": summary,
         "burst_seconds": burst_end - min(r.t_start for r in records),
+        # Answers by HTTP status (0: none) and the series' origin: the chaos rows read both.
+        "statuses": dict(sorted(Counter(str(r.status) for r in records).items())),
+        "t0": min(r.t_start for r in records),
         # From the last answer until MySQL held everything (0 when it already did by then).
         "drain_seconds": max(0.0, all_persisted_at(samples) - burst_end) if drained else None,
         "persisted_after_sell_out_seconds": persisted_after(summary, records, samples),

@@ -126,7 +126,8 @@ def split_retry_mismatches(
 
 
 def time_series(records: Sequence[Record], bucket: float = 0.1) -> list[dict[str, float]]:
-    """Per time bucket after the first request: answers, p50/p99 latency (ms), issued so far."""
+    """Per time bucket after the first request: answers, p50/p99 latency (ms), issued so far,
+    and errors (no answer or a 5xx: what the chaos rows' recovery figure looks for)."""
     if not records:
         return []
     t0 = min(r.t_start for r in records)
@@ -146,6 +147,7 @@ def time_series(records: Sequence[Record], bucket: float = 0.1) -> list[dict[str
                 "p50_ms": percentile(lat, 50) * 1000 if lat else math.nan,
                 "p99_ms": percentile(lat, 99) * 1000 if lat else math.nan,
                 "issued": issued,
+                "errors": sum(1 for r in rows if r.status == 0 or r.status >= 500),
             }
         )
     return out
