@@ -8,7 +8,6 @@ not stuck: a batch failing for longer than STALL_GRACE_S (say writes hang or are
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 
@@ -16,7 +15,7 @@ from aiokafka import AIOKafkaConsumer
 from flashcoupon_common import tracing
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.kafka_producer import ProducerFactory
-from sqlalchemy import text
+from flashcoupon_common.probes import BoundedProbe, database_probe
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 
@@ -34,6 +33,7 @@ def create_app(
     on_fatal: Callable[[BaseException], None] | None = None,
 ) -> Starlette:
     state: dict[str, PersistLoop] = {}
+    probes: dict[str, BoundedProbe] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -45,21 +45,17 @@ def create_app(
             on_fatal=on_fatal,
         ) as loop:
             state["loop"] = loop
+            probes["db"] = database_probe(loop.writer.engine)
             yield
             state.pop("loop", None)
+            await probes.pop("db").close()
         await tracing.flush()
 
     async def ready() -> Mapping[str, bool]:
         loop = state.get("loop")
         if loop is None:
             return {"started": False}
-        try:
-            async with asyncio.timeout(2):
-                async with loop.writer.engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
-            db = True
-        except Exception:  # noqa: BLE001 - any failure means the database is not usable now
-            db = False
+        db = await probes["db"].passes()  # bounded even when the server hangs
         return {"database": db, "assigned": loop.assigned, "writing": not loop.stalled}
 
     return Starlette(

@@ -13,8 +13,8 @@ from typing import Any
 from flashcoupon_common.db.engine import create_engine
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.kafka_producer import ProducerFactory
+from flashcoupon_common.probes import BoundedProbe, database_probe
 from flashcoupon_common.red_metrics import REDMiddleware
-from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -49,10 +49,11 @@ def create_app(
             poll_seconds=settings.publish_poll_seconds,
         )
         await publisher.start()
-        clients.update(engine=db, publisher=publisher)
+        clients.update(engine=db, publisher=publisher, probe=database_probe(db))
         try:
             yield {"engine": db, "publisher": publisher, "settings": settings}
         finally:
+            await clients["probe"].close()
             clients.clear()
             await publisher.stop(settings.publish_drain_seconds)
             if engine is None:
@@ -62,12 +63,8 @@ def create_app(
     async def ready() -> dict[str, bool]:
         # Only MySQL decides readiness: redemption works without Kafka (events wait in the
         # outbox table), so a Kafka outage must not take the wallet out of the load balancer.
-        db: AsyncEngine | None = clients.get("engine")
-        if db is None:
-            return {"mysql": False}
-        async with db.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-        return {"mysql": True}
+        probe: BoundedProbe | None = clients.get("probe")
+        return {"mysql": probe is not None and await probe.passes()}
 
     handlers = {
         **exception_handlers(),
