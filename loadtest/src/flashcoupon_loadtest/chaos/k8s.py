@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flashcoupon_loadtest.chaos.checker import EXPECTED, INSTANT_WINDOW, SLOW, percentile
+from flashcoupon_loadtest.chaos.report import number_cell, table_lines
 
 SHIM = "containerd-shim-runc-v2"
 
@@ -245,10 +246,6 @@ COLUMNS = (
 )
 
 
-def _n(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
 def row_cells(name: str, f: K8sFigures | None, verdict: str) -> list[str]:
     if f is None:
         return [name, *["-"] * (len(COLUMNS) - 2), verdict]
@@ -266,20 +263,16 @@ def row_cells(name: str, f: K8sFigures | None, verdict: str) -> list[str]:
         str(f.duplicated),
         str(f.oversold),
         str(f.wrong_total),
-        f"{_n(f.p50_fault_ms)}/{_n(f.p99_fault_ms)}",
-        _n(f.recovery_s),
-        _n(f.replaced_s),
-        _n(f.drain_s),
+        f"{number_cell(f.p50_fault_ms)}/{number_cell(f.p99_fault_ms)}",
+        number_cell(f.recovery_s),
+        number_cell(f.replaced_s),
+        number_cell(f.drain_s),
         verdict,
     ]
 
 
 def format_table(rows: Sequence[tuple[str, K8sFigures | None, str]], notes: Sequence[str]) -> str:
-    header = " ".join(name.ljust(width) for name, width in COLUMNS)
-    lines = [header, "-" * len(header)]
-    for row in rows:
-        cells = row_cells(*row)
-        lines.append(" ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)))
+    lines = table_lines(COLUMNS, (row_cells(*row) for row in rows))
     legend = (
         "req: requests (first presses, second presses, replays); err: no HTTP answer; acked: "
         "coupons answered 201; mysql: rows after the drain; p50/p99 over the 0.1 s buckets "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,17 @@ COLUMNS = (
 )
 
 
-def _n(value: float | None) -> str:
+def number_cell(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
+
+
+def table_lines(columns: Sequence[tuple[str, int]], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A header, a rule and one left-aligned line per row of cells (`make chaos`, chaos-k8s)."""
+    header = " ".join(name.ljust(width) for name, width in columns)
+    body = [
+        " ".join(c.ljust(w) for c, (_, w) in zip(cells, columns, strict=True)) for cells in rows
+    ]
+    return [header, "-" * len(header), *body]
 
 
 def row_cells(r: RowResult) -> list[str]:
@@ -61,20 +70,16 @@ def row_cells(r: RowResult) -> list[str]:
         str(f.oversold),
         str(f.mismatch),
         str(f.wrong_total),
-        f"{_n(f.p50_fault_ms)}/{_n(f.p99_fault_ms)}",
-        _n(f.recovery_s),
-        _n(f.caught_up_s),
-        _n(r.drain_s),
+        f"{number_cell(f.p50_fault_ms)}/{number_cell(f.p99_fault_ms)}",
+        number_cell(f.recovery_s),
+        number_cell(f.caught_up_s),
+        number_cell(r.drain_s),
         r.verdict,
     ]
 
 
 def format_table(rows: Sequence[RowResult]) -> str:
-    header = " ".join(name.ljust(width) for name, width in COLUMNS)
-    lines = [header, "-" * len(header)]
-    for r in rows:
-        cells = row_cells(r)
-        lines.append(" ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)))
+    lines = table_lines(COLUMNS, (row_cells(r) for r in rows))
     notes = []
     for r in rows:
         if r.error and r.verdict == "SKIP":
