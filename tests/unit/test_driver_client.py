@@ -147,3 +147,20 @@ async def test_a_fresh_connection_closed_before_answering_is_an_error() -> None:
     conn._open = connect  # type: ignore[method-assign]
     with pytest.raises(ProtocolError):
         await conn.request(b"REQ")
+
+
+async def test_a_refused_connect_is_a_connection_error_record_not_a_crash() -> None:
+    import socket
+
+    from flashcoupon_loadtest.stats import Record
+
+    with socket.socket() as probe:  # a port nobody listens on: bound, then closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conn = Connection(Target.parse(f"http://127.0.0.1:{port}"))
+    with pytest.raises(ProtocolError, match="cannot connect"):
+        await conn.request(b"REQ")
+    burst = Burst(event_id="e", users=1)
+    record = await burst.press(conn, {}, "u", "first", "k", 0.0)
+    assert isinstance(record, Record)
+    assert (record.status, record.code) == (0, "CONNECTION_ERROR")

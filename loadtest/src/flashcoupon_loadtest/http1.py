@@ -74,7 +74,17 @@ class Connection:
         ctx = self._ssl
         if self.target.scheme == "https" and ctx is None:
             ctx = ssl.create_default_context()
-        return await http1.Connection.connect(self.target.host, self.target.port, ssl_context=ctx)
+        try:
+            return await http1.Connection.connect(
+                self.target.host, self.target.port, ssl_context=ctx
+            )
+        except OSError as exc:
+            # A refused or unreachable connect is an answer the shopper did not get, like a
+            # dropped connection: scenarios record it, the worker does not die of it (a pod
+            # force-deleted mid-burst leaves a NodePort refusing until its endpoints update).
+            raise ProtocolError(
+                f"cannot connect to {self.target.host}:{self.target.port}: {exc}"
+            ) from exc
 
     def close(self) -> None:
         if self._conn is not None:
