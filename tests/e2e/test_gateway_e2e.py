@@ -165,7 +165,7 @@ async def test_waiting_room_sse_counts_down_then_issues(
     assert r.status_code == 201 and r.json()["userId"] == first_user
 
 
-async def test_sold_out_is_answered_by_the_gateway_but_keyed_retries_reach_the_issuer(
+async def test_sold_out_is_answered_by_the_gateway_but_holders_retries_reach_the_issuer(
     client: httpx.AsyncClient, issuer: Proc, redis_cluster: Any
 ) -> None:
     spec = await provision(redis_cluster, quantity=2)
@@ -190,6 +190,13 @@ async def test_sold_out_is_answered_by_the_gateway_but_keyed_retries_reach_the_i
     before = issuer_410s((await client.get(issuer.url + "/metrics")).text)
     for i in range(5):
         assert_problem(await client.post(path, headers=bearer(f"late-{i}")), 410, "SOLD_OUT")
+    # A key does not make a shopper holding nothing a holder: answered here too.
+    keyed = {**bearer("late-k"), "Idempotency-Key": "late-k-1"}
+    for _ in range(2):  # the second press is answered by the sold-out lane (token cached)
+        late = await client.post(path, headers=keyed)
+        assert_problem(late, 410, "SOLD_OUT")
+        assert late.headers["content-type"] == "application/problem+json"
+        assert late.json()["detail"] == f"event {spec.event_id} is sold out"
     # Answered by the gateway: the issuer saw none of them.
     assert issuer_410s((await client.get(issuer.url + "/metrics")).text) == before
     # A retry with the same Idempotency-Key gets its coupon back, sold out or not.
