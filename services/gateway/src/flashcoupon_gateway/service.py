@@ -12,10 +12,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashcoupon_common import tracing, validation
+from flashcoupon_common import http1, tracing, validation
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.holders import Holders
 from flashcoupon_common.http import ProblemError, problem
+from flashcoupon_common.issue_batch import Press
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,11 +24,12 @@ from starlette.responses import Response
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.admission import EventInfo, SpecCache
 from flashcoupon_gateway.auth import Authenticator, Principal
+from flashcoupon_gateway.issue_batch import IssueBatcher
 from flashcoupon_gateway.metrics import QUEUED, SHED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled
-from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
+from flashcoupon_gateway.upstream import Answer, Forwarder, invalid_characters, unavailable
 from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoom
 
 USER_HEADER = "X-Flashcoupon-User"
@@ -76,11 +78,19 @@ def client_ip(request: Request, trusted_proxies: int) -> str:
 
 
 def upstream_headers(request: Request, user: str) -> dict[str, str]:
-    """Headers for an upstream call: the user id from the verified token, never the client's."""
+    """Headers for an upstream call: the user id from the verified token, never the client's.
+
+    A forwarded value with a control character is a 400 INVALID_CHARACTERS here, whether the
+    call then writes it as a header or carries the press in a batch (which drops the values
+    the issuer does not read): one rule for both ways of forwarding."""
     headers = {USER_HEADER: user}
     for name in _FORWARDED:
         value = request.headers.get(name)
         if value is not None and len(value) <= 512:
+            try:
+                http1.check_header_value(name, value)
+            except http1.UnsafeRequestError as exc:
+                raise invalid_characters(exc) from None
             headers[name] = value
     key = validation.idempotency_key(request.headers.get("idempotency-key"))
     if key is not None:
@@ -136,6 +146,8 @@ class Gateway:
     sold_out: SoldOutBoard
     # Who holds a coupon of a sold-out event: only others get the edge's 410 (None: nobody).
     holders: Holders | None = None
+    # Presses to the issuers go in batches (None: one request each, ISSUE_BATCH_MAX=0).
+    batcher: IssueBatcher | None = None
     in_flight: int = field(default=0)
     # Shoppers answered 503 on an issue: their retry goes to the issuer even after a sell-out.
     unsettled: Unsettled = field(default_factory=Unsettled)
@@ -264,9 +276,15 @@ class Gateway:
         try:
             async with self.slot():
                 up = self.upstream.pick_issuer(affinity=user)
-                answer = await self.upstream.call(
-                    up, "POST", f"/internal/v1/events/{event_id}/issue", headers
-                )
+                if self.batcher is not None:
+                    press = Press(
+                        event_id, user, headers.get("Idempotency-Key"), headers.get("traceparent")
+                    )
+                    answer = await self.batcher.issue(up, press)
+                else:
+                    answer = await self.upstream.call(
+                        up, "POST", f"/internal/v1/events/{event_id}/issue", headers
+                    )
         except ProblemError as exc:
             if exc.status == 503:
                 self.unsettled.add(event_id, user)
