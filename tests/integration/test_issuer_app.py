@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY
 
 from tests.support.asgi import client, running
 from tests.support.issuer import ISSUE, asgi_post, make_spec
+from tests.support.polling import wait_until
 
 
 @pytest.fixture
@@ -300,12 +301,15 @@ async def test_unknown_event_ids_add_no_series_and_no_cache_entries(
         # ... and deleting it evicts both (the delete is published to every issuer).
         await event_state.delete_state(redis_cluster, real)
         events.remove(real)
-        for _ in range(100):
-            if real not in _series("flashcoupon_issuer_stock_remaining"):
-                break
-            await asyncio.sleep(0.05)
-        assert real not in _series("flashcoupon_issuer_stock_remaining")
-        assert not service.sold_out.known(real)
+        await wait_until(
+            lambda: (
+                real not in _series("flashcoupon_issuer_stock_remaining")
+                and not service.sold_out.known(real)
+            ),
+            10,
+            0.05,
+            what="the deleted event's series and sold-out flag gone",
+        )
         status, body = await asgi_post(app, ISSUE.format(real), {"X-Flashcoupon-User": "c"})
         assert status == 404, body
 

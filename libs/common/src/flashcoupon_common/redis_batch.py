@@ -128,6 +128,7 @@ class ScriptBatcher:
         self._slots: dict[str, int] = {}  # key → hash slot (a slot never changes; its owner may)
         self._refreshing: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     async def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         """EVALSHA `script` with `keys` (one slot) and `args`, sharing a round trip."""
@@ -161,12 +162,22 @@ class ScriptBatcher:
         return item.future
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
+        """Cancel what is queued or in flight, wait for it to end, close every connection.
+
+        Waiting matters: an in-flight batch ending after this returned would put its
+        connection back among the idle ones, never to be closed (a ResourceWarning later)."""
+        self._closed = True
+        tasks = list(self._tasks)
+        if self._refreshing is not None:
+            tasks.append(self._refreshing)
+        for task in tasks:
             task.cancel()
         for queue in self._queues.values():
             for item in queue.calls:
                 if not item.future.done():
                     item.future.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for queue in self._queues.values():
             for conn in queue.idle:
                 conn.close()
             queue.idle.clear()
@@ -185,6 +196,9 @@ class ScriptBatcher:
 
     # ---- queueing
     def _enqueue(self, item: _Call) -> None:
+        if self._closed:  # a retry timer firing after aclose: nobody will send it
+            item.future.cancel()
+            return
         try:
             slot = self._slots.get(item.keys[0])
             if slot is None:

@@ -65,9 +65,14 @@ async def listen_for_supply(
     """Keep the sold-out flags in step with the channels (a lost node: the TTL covers the gap)."""
 
     async def on_news(channel: str, event_id: str) -> None:
+        exists = bool(await redis.exists(keys.config_key(event_id)))
         if channel != keys.SUPPLY_CHANNEL:
-            service.learn_sold_out(event_id)
-        elif await redis.exists(keys.config_key(event_id)):
+            # Not for a deleted event: messages published on different nodes reach this
+            # subscription over the cluster bus in any order, so a sell-out may arrive after
+            # the deletion that followed it, and would then flag an event that is gone.
+            if exists:
+                service.learn_sold_out(event_id)
+        elif exists:
             service.supply_changed(event_id)
             metrics.watch_event(event_id)  # its outcome series exist before the doors open
         else:
