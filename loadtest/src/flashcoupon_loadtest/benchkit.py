@@ -65,11 +65,23 @@ def serve(
     return proc
 
 
-def measure(scenario: Any, url: str, processes: int, server_pid: int) -> dict[str, Any]:
+def measure(
+    scenario: Any,
+    url: str,
+    processes: int,
+    server_pid: int,
+    watch: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """`scenario` against `url`; `watch` names more processes whose CPU per request to report
+    (the issuer behind a gateway, ...) in `cpu_us_per_request`."""
+    watched = dict(watch or {})
     cpu0 = cpu_seconds(server_pid)
+    before = {name: cpu_seconds(pid) for name, pid in watched.items()}
     result = driver.run(scenario, [url], processes=processes, timeout=300)
     server_cpu = cpu_seconds(server_pid) - cpu0
+    after = {name: cpu_seconds(pid) for name, pid in watched.items()}
     recs = result.records
+    per_request = 1e6 / max(1, len(recs))
     lat = latency_summary(r.latency for r in recs)
     return {
         "requests": len(recs),
@@ -80,7 +92,10 @@ def measure(scenario: Any, url: str, processes: int, server_pid: int) -> dict[st
         "driver_cpu_s": round(result.cpu_seconds, 2),
         # CPU the one server process spent per answer: on a shared box this is steadier than
         # req/s, and its inverse is the process's ceiling if it had a core to itself.
-        "server_cpu_us_per_request": round(server_cpu / max(1, len(recs)) * 1e6, 1),
+        "server_cpu_us_per_request": round(server_cpu * per_request, 1),
+        "cpu_us_per_request": {
+            name: round((after[name] - before[name]) * per_request, 1) for name in watched
+        },
         "wall_s": round(result.wall_seconds, 2),
     }
 
