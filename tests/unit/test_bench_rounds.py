@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from flashcoupon_loadtest.rounds import (
     Ratio,
     ratio_lines,
