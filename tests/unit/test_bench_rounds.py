@@ -56,3 +56,19 @@ def test_lines() -> None:
     assert table[1].split()[4] == "n/a"  # hello's process reported no CPU in this sample
     lines = ratio_lines(ratios(measured, {"g/h": Ratio("gateway", "hello", 0.7)}))
     assert lines == ["  g/h                          0.18  (target >= 0.70: NOT met)"]
+
+
+def test_revisions_interleave_before_and_after_per_path() -> None:
+    from flashcoupon_loadtest.bench_revisions import interleaved, revision_ratios
+
+    assert interleaved(["gateway", "soldout"]) == [
+        "hello",
+        "before:gateway",
+        "after:gateway",
+        "before:soldout",
+        "after:soldout",
+    ]
+    wanted = revision_ratios(["gateway"])
+    assert wanted["gateway after/before"] == Ratio("after:gateway", "before:gateway")
+    assert wanted["before: gateway/hello"] == Ratio("before:gateway", "hello")
+    assert set(wanted) == {"gateway after/before", "before: gateway/hello", "after: gateway/hello"}
