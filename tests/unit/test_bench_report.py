@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 
-from flashcoupon_loadtest.demo_report import BASELINE_TARGET, baseline
+from flashcoupon_loadtest.demo_report import BASELINE_TARGET, baseline, burst_cpu
 from flashcoupon_loadtest.procstat import (
     cpu_seconds,
     peak_rss_mib,
     stat_cpu_ticks,
     status_kib,
 )
-from flashcoupon_loadtest.report import baseline_lines
+from flashcoupon_loadtest.report import baseline_lines, cpu_lines
 
 HELLO = {"rps": 20_000.0, "p99_ms": 9.5, "requests": 30_000}
 
@@ -57,3 +57,22 @@ def test_this_process_is_readable() -> None:
     peaks = peak_rss_mib({"me": os.getpid(), "gone": 2**22 + 1})
     assert peaks["me"] is not None and peaks["me"] > 10
     assert peaks["gone"] is None
+
+
+def test_burst_cpu_per_process() -> None:
+    got = burst_cpu(
+        {"gateway-1": 10.0, "issuer-1": 2.0, "gone": 1.0},
+        {"gateway-1": 12.0, "issuer-1": 2.5},
+        answers=10_000,
+        seconds=4.0,
+    )
+    assert got == {
+        "gateway-1": {"cpu_seconds": 2.0, "core_share": 0.5, "us_per_answer": 200.0},
+        "issuer-1": {"cpu_seconds": 0.5, "core_share": 0.125, "us_per_answer": 50.0},
+    }
+    assert burst_cpu({}, {"a": 1.0}, answers=1, seconds=1.0) is None
+    assert cpu_lines(got) == [
+        "  burst CPU     gateway-1 2.0 s (50% of a core, 200 us/answer), "
+        "issuer-1 0.5 s (12% of a core, 50 us/answer)"
+    ]
+    assert cpu_lines(None) == []

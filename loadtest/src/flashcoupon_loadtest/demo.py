@@ -47,7 +47,7 @@ from flashcoupon_loadtest.drop import (
 )
 from flashcoupon_loadtest.invariants import check_event
 from flashcoupon_loadtest.localrun import LocalServices, stack_env
-from flashcoupon_loadtest.procstat import peak_rss_mib
+from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
 from flashcoupon_loadtest.stats import ISSUED
@@ -221,6 +221,14 @@ async def _drop(
     )
     # A 50 ms margin: a press that reaches Redis before startAt is (rightly) NOT_STARTED.
     stop = threading.Event()
+    pids = pids or {}
+    cpu_at_go: dict[str, float] = {}
+    # Sampled at the go from a timer thread: the wait for startAt is not part of the burst.
+    go = threading.Timer(
+        max(0.0, start_at.timestamp() + 0.05 - time.time()),
+        lambda: cpu_at_go.update(_cpu(pids)),
+    )
+    go.start()
     try:
         result = await asyncio.to_thread(
             driver.run,
@@ -234,6 +242,9 @@ async def _drop(
     except asyncio.CancelledError:
         stop.set()  # Ctrl-C: the thread would otherwise finish the whole burst first
         raise
+    finally:
+        go.cancel()
+    cpu_at_end = _cpu(pids)
     if sys.stdout.isatty():
         print()
     records = result.records
@@ -271,6 +282,8 @@ async def _drop(
         checks=checks,
         hello=hello,
         peak_rss=peak_rss,
+        cpu_at_go=cpu_at_go,
+        cpu_at_end=cpu_at_end,
     )
     print(format_report(report, checks))
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -285,6 +298,10 @@ async def _drop(
     )
     print(f"report {json_path}\nplot   {png_path}")
     return 0 if report["passed"] else 1
+
+
+def _cpu(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}  # a dead process reads 0
 
 
 def _hello_baseline(args: argparse.Namespace) -> dict[str, Any]:

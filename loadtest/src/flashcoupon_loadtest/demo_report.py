@@ -77,6 +77,8 @@ def drop_report(
     checks: list[Check],
     hello: Mapping[str, Any] | None = None,
     peak_rss: Mapping[str, float | None] | None = None,
+    cpu_at_go: Mapping[str, float] | None = None,
+    cpu_at_end: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     summary = summarize(records, quantity=args.coupons)
     burst_end = max(r.t_end for r in records)
@@ -103,6 +105,12 @@ def drop_report(
         "baseline": baseline(summary["throughput_rps"], hello),
         # Peak resident memory (VmHWM, MiB) of every process the demo started, read at the end.
         "peak_rss_mib": dict(peak_rss) if peak_rss is not None else None,
+        "burst_cpu": burst_cpu(
+            cpu_at_go,
+            cpu_at_end,
+            answers=len(records),
+            seconds=burst_end - min(r.t_start for r in records),
+        ),
         "invariants": [c.to_json() for c in checks],
         "passed": all_passed(checks),
         "pipeline": samples,
@@ -128,6 +136,30 @@ def baseline(answers_rps: float, hello: Mapping[str, Any] | None) -> dict[str, A
         "met": ratio is not None and ratio >= BASELINE_TARGET,
         "hello": dict(hello),
     }
+
+
+def burst_cpu(
+    at_go: Mapping[str, float] | None,
+    at_end: Mapping[str, float] | None,
+    *,
+    answers: int,
+    seconds: float,
+) -> dict[str, dict[str, float]] | None:
+    """Each service process's CPU from the go to the last answer: seconds, share of one core,
+    µs per answer — which process the burst is waiting on (None: not sampled)."""
+    if not at_go or not at_end:
+        return None
+    out = {}
+    for name in at_go:
+        if name not in at_end:
+            continue
+        used = max(0.0, at_end[name] - at_go[name])
+        out[name] = {
+            "cpu_seconds": round(used, 2),
+            "core_share": round(used / seconds, 3) if seconds > 0 else 0.0,
+            "us_per_answer": round(used * 1e6 / answers, 1) if answers else 0.0,
+        }
+    return out
 
 
 def persisted_after(

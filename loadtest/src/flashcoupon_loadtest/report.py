@@ -46,6 +46,7 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"  retries       {s['retry_contradictions']} Idempotency-Key replays contradicted their "
         f"first answer; {s['retry_stale_sold_out']} got a stale SOLD_OUT (see invariant 6)",
         *baseline_lines(report.get("baseline"), report.get("peak_rss_mib")),
+        *cpu_lines(report.get("burst_cpu")),
         f"  driver        {report['driver_cpu_seconds']:.1f} CPU-s for {s['requests']:,} requests "
         f"({report['driver_cpu_seconds'] / max(1e-9, report['burst_seconds']):.0%} of one core "
         "during the burst)",
@@ -81,6 +82,18 @@ def baseline_lines(
         ]
         lines.append("  peak RSS      " + ", ".join(cells) + " MiB (VmHWM per process)")
     return lines
+
+
+def cpu_lines(burst_cpu: dict[str, dict[str, float]] | None) -> list[str]:
+    """Per service process: CPU from the go to the last answer, as a share of one core."""
+    if not burst_cpu:
+        return []
+    cells = [
+        f"{name} {c['cpu_seconds']:.1f} s ({c['core_share']:.0%} of a core, "
+        f"{c['us_per_answer']:.0f} us/answer)"
+        for name, c in burst_cpu.items()
+    ]
+    return ["  burst CPU     " + ", ".join(cells)]
 
 
 def _clean(value: Any) -> Any:
