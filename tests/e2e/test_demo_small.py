@@ -51,3 +51,5 @@ def test_small_demo_passes_every_invariant(stack: Any, mysql_url: str, tmp_path:
     peaks = report["peak_rss_mib"]
     names = {"gateway-1", "gateway-2", "issuer-1", "issuer-2", "relay-1", "persister-1", "wallet"}
     assert set(peaks) == names and all(mib > 10 for mib in peaks.values()), peaks
+    assert set(report["burst_cpu"]) == names, report["burst_cpu"]
+    assert all(c["cpu_seconds"] > 0 for n, c in report["burst_cpu"].items() if "gateway" in n)

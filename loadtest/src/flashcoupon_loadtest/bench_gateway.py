@@ -7,7 +7,8 @@ Paths (each round a closed-loop burst of distinct shoppers, one press each, ever
 own HS256 JWT in the gateway paths; rounds alternate the order so machine noise hits all):
 
   hello      the same requests (JWT, Idempotency-Key, body) to a hello-world process on the
-             services' server options (flashcoupon_loadtest.serve): the denominator
+             services' server options (flashcoupon_loadtest.serve): the denominator (one
+             process, whatever --processes says)
   issuer     the issuer called directly (X-Flashcoupon-User), on a fresh event
   gateway    through the gateway to that issuer: a forwarded issue, on a fresh event
   soldout    through the gateway, at an event sold out before the round (quantity 1, sold by
