@@ -165,7 +165,7 @@ async def test_waiting_room_sse_counts_down_then_issues(
     assert r.status_code == 201 and r.json()["userId"] == first_user
 
 
-async def test_sold_out_is_answered_by_the_gateway_but_keyed_retries_reach_the_issuer(
+async def test_sold_out_is_answered_by_the_gateway_but_holders_retries_reach_the_issuer(
     client: httpx.AsyncClient, issuer: Proc, redis_cluster: Any
 ) -> None:
     spec = await provision(redis_cluster, quantity=2)
@@ -190,9 +190,56 @@ async def test_sold_out_is_answered_by_the_gateway_but_keyed_retries_reach_the_i
     before = issuer_410s((await client.get(issuer.url + "/metrics")).text)
     for i in range(5):
         assert_problem(await client.post(path, headers=bearer(f"late-{i}")), 410, "SOLD_OUT")
+    # A key does not make a shopper holding nothing a holder: answered here too.
+    keyed = {**bearer("late-k"), "Idempotency-Key": "late-k-1"}
+    for _ in range(2):  # the second press is answered by the sold-out lane (token cached)
+        late = await client.post(path, headers=keyed)
+        assert_problem(late, 410, "SOLD_OUT")
+        assert late.headers["content-type"] == "application/problem+json"
+        assert late.json()["detail"] == f"event {spec.event_id} is sold out"
     # Answered by the gateway: the issuer saw none of them.
     assert issuer_410s((await client.get(issuer.url + "/metrics")).text) == before
     # A retry with the same Idempotency-Key gets its coupon back, sold out or not.
     retry = await client.post(path, headers={**bearer("so-1"), "Idempotency-Key": "so-1-k"})
     assert retry.status_code == 201, retry.text
     assert retry.json()["couponCode"] == first.json()["couponCode"]
+
+
+@pytest.mark.parametrize("batch_max", ["256", "0"])
+async def test_a_crowd_through_the_gateway_is_answered_press_by_press_batched_or_not(
+    stack: Stack, issuer: Proc, redis_cluster: Any, batch_max: str
+) -> None:
+    """200 shoppers pressing at once for 50 coupons: exactly 50 coupons, to 50 different
+    shoppers, everyone else 410 — whether the gateway forwards presses in batches (the
+    default) or one by one (ISSUE_BATCH_MAX=0). Batched, its histogram shows batches of
+    more than one press; a keyed retry inside a batch gets its own coupon back."""
+    from tests.support.metrics import scraped
+
+    gateway = gateway_proc(stack, issuer.url, issue_batch_max=batch_max).start()
+    try:
+        spec = await provision(redis_cluster, quantity=50)
+        path = f"/v1/events/{spec.event_id}/issue"
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30, limits=limits) as c:
+            tokens = [bearer(f"crowd-{batch_max}-{i}") for i in range(200)]
+            answers = await asyncio.gather(*(c.post(path, headers=t) for t in tokens))
+            issued = [r.json() for r in answers if r.status_code == 201]
+            assert len(issued) == 50
+            assert len({b["couponCode"] for b in issued}) == 50
+            assert len({b["userId"] for b in issued}) == 50
+            for r in answers:
+                if r.status_code != 201:
+                    assert_problem(r, 410, "SOLD_OUT")
+            winner = issued[0]["userId"]
+            keyed = {**bearer(winner), "Idempotency-Key": "crowd-k"}
+            retry = await c.post(path, headers=keyed)  # first keyed press: DUPLICATE w/ coupon
+            assert retry.status_code == 409 and retry.json()["coupon"] == issued[0]
+            metrics = (await c.get("/metrics")).text
+        count = scraped(metrics, "flashcoupon_gateway_issue_batch_size_count")
+        presses = scraped(metrics, "flashcoupon_gateway_issue_batch_size_sum")
+        if batch_max == "0":
+            assert count == 0
+        else:
+            assert count >= 1 and presses >= 51 and presses > count, (count, presses)
+    finally:
+        gateway.stop()

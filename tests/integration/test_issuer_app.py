@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import orjson
 import pytest
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.messages import CouponIssued
@@ -307,3 +308,80 @@ async def test_unknown_event_ids_add_no_series_and_no_cache_entries(
         assert not service.sold_out.known(real)
         status, body = await asgi_post(app, ISSUE.format(real), {"X-Flashcoupon-User": "c"})
         assert status == 404, body
+
+
+async def test_a_batch_answers_each_press_as_it_would_be_answered_alone(
+    stack, redis_cluster, events
+) -> None:
+    """POST /internal/v1/issue-batch (what the gateway sends): every press gets the status,
+    headers and body of a lone request, in order; a batch that is not one is a 400."""
+    from flashcoupon_common import issue_batch
+    from flashcoupon_common.issue_batch import Press
+
+    tiny = await provisioned(redis_cluster, events, 2)
+    paused = await provisioned(redis_cluster, events, 5)
+    await event_state.set_paused(redis_cluster, paused, True)
+    async with (
+        running(create_app(settings(stack))) as app,
+        client(app, "http://i") as http,
+    ):
+
+        async def batch(presses: list[Press]) -> list[issue_batch.Answer]:
+            r = await http.post(issue_batch.BATCH_PATH, content=issue_batch.encode_presses(presses))
+            assert r.status_code == 200, r.text
+            return issue_batch.decode_answers(r.content, len(presses))
+
+        answers = await batch(
+            [
+                Press(tiny, "ann", "ann-k", None),
+                Press(tiny, "bob", None, "00-" + "1" * 32 + "-" + "2" * 16 + "-01"),
+                Press(tiny, "ann", "ann-k2", None),  # ann again, another key
+                Press(paused, "ann", None, None),
+                Press("Bad_Id", "ann", None, None),
+                Press(tiny, "", None, None),
+            ]
+        )
+        statuses = [a[0] for a in answers]
+        assert statuses == [201, 201, 409, 423, 400, 400]
+        bodies = [orjson.loads(a[2]) for a in answers]
+        assert bodies[0]["userId"] == "ann" and bodies[1]["userId"] == "bob"
+        assert bodies[2]["code"] == "DUPLICATE"
+        assert bodies[2]["coupon"]["couponCode"] == bodies[0]["couponCode"]
+        assert [b.get("code") for b in bodies[3:]] == ["PAUSED", "INVALID_EVENT_ID", "MISSING_USER"]
+        headers = [dict(a[1]) for a in answers]
+        assert headers[3][b"retry-after"] == b"5"
+        assert headers[4][b"content-type"] == b"application/problem+json"
+        assert all(b"content-length" not in h for h in headers)
+        # Sent alone afterwards, each press gets what the batch said: ann's keyed replay...
+        alone = await http.post(
+            ISSUE.format(tiny), headers={"X-Flashcoupon-User": "ann", "Idempotency-Key": "ann-k"}
+        )
+        assert alone.status_code == 201 and alone.json() == bodies[0]
+        assert alone.headers["idempotent-replayed"] == "true"
+        # ... and, batched again, the same replay and a sold-out event.
+        again = await batch([Press(tiny, "ann", "ann-k", None), Press(tiny, "cid", None, None)])
+        assert [a[0] for a in again] == [201, 410]
+        assert dict(again[0][1])[b"idempotent-replayed"] == b"true"
+        for bad, says in [
+            (b"not json", "not valid JSON"),
+            (b"[]", "array of 1 to"),
+            (b'[["e", "u", null]]', "each press must be"),
+            (b'[["e", 7, null, null]]', "each press must be"),
+        ]:
+            r = await http.post(issue_batch.BATCH_PATH, content=bad)
+            assert r.status_code == 400 and r.json()["code"] == "MALFORMED_BATCH", r.text
+            assert says in r.json()["detail"]
+        too_big = b"[" + b'["e","u",null,null],' * 60_000 + b'["e","u",null,null]]'
+        r = await http.post(issue_batch.BATCH_PATH, content=too_big)
+        assert r.status_code == 413, r.text
+        metrics = (await http.get("/metrics")).text
+        route = "/internal/v1/events/{eventId}/issue"
+        # The batched presses count in the issue route's RED series, the batches in their own.
+        assert (
+            f'flashcoupon_http_requests_total{{method="POST",route="{route}",'
+            'service="issuer",status="423"}' in metrics
+        )
+        assert (
+            'flashcoupon_http_requests_total{method="POST",route="/internal/v1/issue-batch",'
+            'service="issuer",status="200"}' in metrics
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import jwt
 import pytest
@@ -25,6 +26,13 @@ def token(**claims: object) -> str:
     return jwt.encode({k: v for k, v in base.items() if v is not None}, SECRET, algorithm="HS256")
 
 
+@dataclass(frozen=True)
+class FromNow:
+    """A claim's time, `seconds` from when the test runs."""
+
+    seconds: int
+
+
 async def auth(tok: str) -> str:
     return (await Authenticator(AUTH).authenticate(f"Bearer {tok}")).user_id
 
@@ -36,9 +44,9 @@ async def test_valid_token_gives_the_subject() -> None:
 @pytest.mark.parametrize(
     ("claims", "detail"),
     [
-        ({"exp": int(time.time()) - 30}, "expired"),
+        ({"exp": FromNow(-30)}, "expired"),
         ({"aud": "someone-else"}, "audience"),
-        ({"nbf": int(time.time()) + 60}, "not valid yet"),
+        ({"nbf": FromNow(60)}, "not valid yet"),
         ({"exp": None}, "invalid"),
         ({"aud": None}, "invalid"),
         ({"sub": "a b"}, "subject"),
@@ -46,6 +54,8 @@ async def test_valid_token_gives_the_subject() -> None:
     ],
 )
 async def test_bad_claims_are_401(claims: dict[str, object], detail: str) -> None:
+    now = int(time.time())  # now, not at collection: a long run must not make nbf pass
+    claims = {k: now + v.seconds if isinstance(v, FromNow) else v for k, v in claims.items()}
     with pytest.raises(ProblemError) as err:
         await auth(token(**claims))
     assert err.value.status == 401 and detail in err.value.detail

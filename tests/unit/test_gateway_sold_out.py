@@ -6,7 +6,14 @@ import asyncio
 import time
 
 from flashcoupon_common import keys
+from flashcoupon_common.holders import Holders
+from flashcoupon_gateway.admission import EventInfo, SpecCache
+from flashcoupon_gateway.auth import Authenticator
+from flashcoupon_gateway.service import Gateway
+from flashcoupon_gateway.settings import AuthSettings
 from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled, sold_out_in_state
+
+from tests.support.gateway import AUD, SECRET, token
 
 NOW = 1_800_000_000_000
 LIVE = {"provisioned": True, "paused": False, "end_ms": NOW + 60_000, "now_ms": NOW}
@@ -110,7 +117,74 @@ async def test_the_edge_answers_sold_out_only_to_users_holding_nothing() -> None
         await g.check_sold_out("ev", {USER_HEADER: "crowd"})
     assert err.value.status == 410
     await g.check_sold_out("ev", {USER_HEADER: "holder"})  # forwarded
-    await g.check_sold_out("ev", {USER_HEADER: "crowd", "Idempotency-Key": "k"})  # forwarded
+    await g.check_sold_out("ev", {USER_HEADER: "holder", "Idempotency-Key": "k"})  # forwarded
+    with pytest.raises(ProblemError) as err:  # a key does not make a non-holder a holder
+        await g.check_sold_out("ev", {USER_HEADER: "crowd", "Idempotency-Key": "k"})
+    assert err.value.status == 410
+    g.unsettled.add("ev", "crowd")  # answered 503 here: the issuer tells them
+    await g.check_sold_out("ev", {USER_HEADER: "crowd", "Idempotency-Key": "k"})
     await g.check_sold_out("open", {USER_HEADER: "crowd"})  # not sold out
     unknown = Gateway(None, None, None, None, None, None, board)  # type: ignore[arg-type]
     await unknown.check_sold_out("ev", {USER_HEADER: "crowd"})  # holders unknown: forwarded
+
+
+def _lane_gateway(holders: frozenset[str] | None) -> tuple[Gateway, SoldOutBoard]:
+    """A Gateway with what the sold-out lane reads: board, spec cache, holders, HS256 auth."""
+
+    async def load(event_id: str) -> frozenset[str]:
+        raise AssertionError("the lane never loads holders")
+
+    board = SoldOutBoard()
+    specs = SpecCache(None, 1.0, board)  # type: ignore[arg-type]
+    known = Holders(load)
+    if holders is not None:
+        known._known["ev"] = holders  # as if loaded at the sell-out
+    g = Gateway(
+        None,
+        Authenticator(AuthSettings(secret=SECRET, jwks_url=None, audience=AUD)),
+        None,
+        None,
+        specs,
+        None,
+        board,
+        known,
+    )  # type: ignore[arg-type]
+    return g, board
+
+
+def _read_now(g: Gateway, event_id: str = "ev") -> None:
+    g.specs._cache[event_id] = (time.monotonic(), EventInfo(None))
+
+
+def test_the_sold_out_lane_answers_only_what_the_full_path_would() -> None:
+    g, board = _lane_gateway(frozenset({"holder"}))
+    crowd, holder = f"Bearer {token('crowd')}", f"Bearer {token('holder')}"
+    assert not g.answers_sold_out_now("ev", crowd)  # not sold out
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev")
+    assert not g.answers_sold_out_now("ev", crowd)  # state not read
+    _read_now(g)
+    assert g.answers_sold_out_now("ev", crowd)
+    assert not g.answers_sold_out_now("ev", holder)
+    assert not g.answers_sold_out_now("ev", "Bearer not-a-jwt")
+    assert not g.answers_sold_out_now("ev", None)  # full path: 401
+    expired = f"Bearer {token('crowd', ttl=-60)}"
+    assert not g.answers_sold_out_now("ev", expired)
+    g.unsettled.add("ev", "crowd")
+    assert not g.answers_sold_out_now("ev", crowd)
+    g.specs._cache["ev"] = (time.monotonic() - 5, g.specs._cache["ev"][1])
+    other = f"Bearer {token('other')}"
+    assert not g.answers_sold_out_now("ev", other)  # read is stale
+    board.heard(keys.SUPPLY_CHANNEL, "ev")  # re-opened
+    _read_now(g)
+    assert not g.answers_sold_out_now("ev", other)
+
+
+def test_the_sold_out_lane_waits_for_the_holders_and_renders_the_answer_once() -> None:
+    g, board = _lane_gateway(None)
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev")
+    _read_now(g)
+    assert not g.answers_sold_out_now("ev", f"Bearer {token('crowd')}")
+    answer = g.sold_out_answer("ev")
+    assert answer is g.sold_out_answer("ev")
+    assert answer.status_code == 410 and b'"SOLD_OUT"' in answer.body
+    assert answer.headers["content-type"] == "application/problem+json"

@@ -66,13 +66,18 @@ def request_head(method: str, path: str, host: str, headers: Mapping[str, str]) 
     for name, value in headers.items():
         if not _TOKEN.fullmatch(name):
             raise UnsafeRequestError("a header name")
-        if _CONTROL.search(value):
-            raise UnsafeRequestError(f"header {name}")
+        check_header_value(name, value)
         try:
             lines.append(f"{name}: {value}\r\n".encode())
         except UnicodeEncodeError:  # a lone surrogate: no UTF-8 for it
             raise UnsafeRequestError(f"header {name}") from None
     return b"".join(lines)
+
+
+def check_header_value(name: str, value: str) -> None:
+    """UnsafeRequestError when `value` holds a control character (CR, LF, tab, NUL, DEL)."""
+    if _CONTROL.search(value):
+        raise UnsafeRequestError(f"header {name}")
 
 
 def build_request(

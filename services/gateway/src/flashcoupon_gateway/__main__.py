@@ -12,7 +12,7 @@ import os
 
 import uvicorn
 from flashcoupon_common import tracing
-from flashcoupon_common.httpserver import guarded_protocol
+from flashcoupon_common.httpserver import server_options
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import settings_or_exit
 
@@ -45,11 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     common = {
         "host": host,
         "port": port,
-        "loop": "uvloop",
-        "http": guarded_protocol("gateway", settings.timeouts),
-        "access_log": False,
-        "log_config": None,
         "timeout_keep_alive": 30,
+        **server_options("gateway", settings.timeouts),
     }
     if args.workers > 1:
         os.environ["FLASHCOUPON_GATEWAY_PORT"] = str(port)

@@ -88,6 +88,11 @@ class SpecCache:
         future.set_result(info)
         return info
 
+    def fresh(self, event_id: str) -> bool:
+        """Whether the event's state was read within `ttl` (a request now would not read it)."""
+        hit = self._cache.get(event_id)
+        return hit is not None and time.monotonic() - hit[0] < self.ttl
+
     def forget(self, event_id: str) -> None:
         """The event's settings changed (SUPPLY_CHANNEL): the next request reads them again."""
         self._cache.pop(event_id, None)

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from flashcoupon_gateway.admission import SpecCache
 from flashcoupon_gateway.auth import Authenticator, JWKSCache
 from flashcoupon_gateway.fastpath import IssueFastPath
+from flashcoupon_gateway.issue_batch import IssueBatcher
 from flashcoupon_gateway.metrics import IN_FLIGHT
 from flashcoupon_gateway.openapi import OPENAPI
 from flashcoupon_gateway.ratelimit import RateLimiter
@@ -79,22 +80,27 @@ def create_app(
             sold_out=board,
         )
         specs = SpecCache(client, settings.spec_cache_seconds, board)
+        forwarder = Forwarder(
+            settings.issuer_urls,
+            settings.wallet_url,
+            connections=settings.upstream_connections,
+            timeout_seconds=settings.upstream_timeout_seconds,
+            failure_threshold=settings.breaker_failures,
+            open_seconds=settings.breaker_open_seconds,
+        )
+        batcher = (
+            IssueBatcher(forwarder, settings.issue_batch_max) if settings.issue_batch_max else None
+        )
         gateway = Gateway(
             settings=settings,
             auth=Authenticator(settings.auth, jwks=jwks),
             limiter=RateLimiter(runner, event_shards=settings.limits.event_shards),
             room=room,
             specs=specs,
-            upstream=Forwarder(
-                settings.issuer_urls,
-                settings.wallet_url,
-                connections=settings.upstream_connections,
-                timeout_seconds=settings.upstream_timeout_seconds,
-                failure_threshold=settings.breaker_failures,
-                open_seconds=settings.breaker_open_seconds,
-            ),
+            upstream=forwarder,
             sold_out=board,
             holders=holders,
+            batcher=batcher,
         )
         state["redis"] = client
         IN_FLIGHT.set_function(lambda: gateway.in_flight)  # read at scrape time, not per request
@@ -121,6 +127,8 @@ def create_app(
             except TimeoutError:
                 logger.warning("channel listener did not stop in time; abandoned")
             await room.stop()
+            if batcher is not None:
+                await batcher.aclose()
             await gateway.upstream.aclose()
             await runner.aclose()
             if own_http:

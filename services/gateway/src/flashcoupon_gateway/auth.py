@@ -101,6 +101,24 @@ def _number(claims: dict[str, Any], name: str) -> float | None:
     return float(value)
 
 
+# Header segments already found acceptable: a crowd's tokens share one or two (issuer, `kid`),
+# so decoding and parsing them again for every token is wasted work. Bounded: a client sending
+# many different headers only makes the set refill.
+_GOOD_HEADERS: set[bytes] = set()
+
+
+def _check_header(h: bytes) -> None:
+    try:
+        header = orjson.loads(_b64url(h))
+    except orjson.JSONDecodeError:
+        raise unauthorized("token is invalid: DecodeError") from None
+    if not isinstance(header, dict) or header.get("alg") != "HS256" or "crit" in header:
+        raise unauthorized("token is invalid: InvalidAlgorithmError")
+    if len(_GOOD_HEADERS) >= 64:
+        _GOOD_HEADERS.clear()
+    _GOOD_HEADERS.add(h)
+
+
 def verify_hs256(
     token: str, key: bytes, *, audience: str, leeway: float, now: float
 ) -> dict[str, Any]:
@@ -110,13 +128,12 @@ def verify_hs256(
     if len(parts) != 3 or len(raw) > 8192:
         raise unauthorized("token is invalid: DecodeError")
     h, p, s = parts
+    if h not in _GOOD_HEADERS:
+        _check_header(h)
     try:
-        header = orjson.loads(_b64url(h))
         claims = orjson.loads(_b64url(p))
     except orjson.JSONDecodeError:
         raise unauthorized("token is invalid: DecodeError") from None
-    if not isinstance(header, dict) or header.get("alg") != "HS256" or "crit" in header:
-        raise unauthorized("token is invalid: InvalidAlgorithmError")
     expected = hmac.digest(key, h + b"." + p, "sha256")
     if not hmac.compare_digest(expected, _b64url(s)):
         raise unauthorized("token is invalid: InvalidSignatureError")
@@ -185,31 +202,41 @@ class Authenticator:
         self._cache: dict[str, Principal] = {}
 
     async def authenticate(self, authorization: str | None) -> Principal:
+        principal = self.authenticate_now(authorization)
+        if principal is None:
+            token = bearer_token(authorization)
+            principal = self._remember(token, await self._verify_jwks(token))
+        return principal
+
+    def authenticate_now(self, authorization: str | None) -> Principal | None:
+        """The principal without awaiting anything: from the cache or by HS256 (401 when the
+        token is bad); None when only a JWKS key can tell (the caller then awaits
+        `authenticate`). The gateway's sold-out lane answers synchronously through this."""
         token = bearer_token(authorization)
         cached = self._cache.get(token)
-        now = time.time()
         if cached is not None:
-            if cached.expires_at + self.settings.leeway_seconds > now:
+            if cached.expires_at + self.settings.leeway_seconds > time.time():
                 return cached
             del self._cache[token]
             raise unauthorized("token has expired")
-        principal = await self._verify(token)
+        s = self.settings
+        if s.secret is None:
+            return None
+        claims = verify_hs256(
+            token, s.secret.encode(), audience=s.audience, leeway=s.leeway_seconds, now=time.time()
+        )
+        return self._remember(
+            token, Principal(valid_user_id(claims.get("sub")), float(claims["exp"]))
+        )
+
+    def _remember(self, token: str, principal: Principal) -> Principal:
         if len(self._cache) >= _CACHE_MAX:
             self._cache.clear()  # crude but bounded; refilling costs one verification each
         self._cache[token] = principal
         return principal
 
-    async def _verify(self, token: str) -> Principal:
+    async def _verify_jwks(self, token: str) -> Principal:
         s = self.settings
-        if s.secret is not None:
-            claims = verify_hs256(
-                token,
-                s.secret.encode(),
-                audience=s.audience,
-                leeway=s.leeway_seconds,
-                now=time.time(),
-            )
-            return Principal(valid_user_id(claims.get("sub")), float(claims["exp"]))
         assert self.jwks is not None
         try:
             header = jwt.get_unverified_header(token)

@@ -8,6 +8,13 @@ translating errors through the app's own exception table and recording the same 
 under the same route template (flashcoupon_common's error_response and RouteMetrics, which
 the issuer's IssueEdge uses too).
 Every other request passes through to the full Starlette stack unchanged.
+
+The sold-out lane: once an event is sold out, most presses are answered 410 by this process
+(Gateway.check_sold_out). `sold_out_now` takes that decision before any Request object, await
+or task switch exists — reading the three headers it needs from the scope — and sends a 410
+rendered once per event; anything it cannot decide at once takes the full path, which applies
+the same rules. Measured with a distinct token per shopper, this brings the gateway's sold-out
+answers to ~0.77 of a hello-world on the same server (docs/gateway.md).
 With tracing on (flashcoupon_common.tracing) the route runs inside a server span, a child of
 the shopper's traceparent if any; the forwarded request carries that span's traceparent.
 """
@@ -26,9 +33,29 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from flashcoupon_gateway.routes import ISSUE_PATH, issue
+from flashcoupon_gateway.service import Gateway
 
 _ISSUE = re.compile(r"^/v1/events/([^/]+)/issue$")
 SPAN_NAME = f"POST {ISSUE_PATH}"
+
+
+def sold_out_now(scope: Scope, event_id: str) -> Response | None:
+    """The prebuilt 410 when this press is answered SOLD_OUT without awaiting; else None.
+
+    Only a press without a body qualifies (one with a body is checked on the full path), and
+    only once the lifespan has built the gateway."""
+    gateway: Gateway | None = scope.get("state", {}).get("gateway")
+    if gateway is None:
+        return None
+    authorization = None
+    for name, value in scope["headers"]:
+        if name == b"authorization" and authorization is None:  # the first, as Starlette's
+            authorization = value.decode("latin-1")
+        elif (name == b"content-length" and value != b"0") or name == b"transfer-encoding":
+            return None
+    if gateway.answers_sold_out_now(event_id, authorization):
+        return gateway.sold_out_answer(event_id)
+    return None
 
 
 class IssueFastPath:
@@ -47,6 +74,14 @@ class IssueFastPath:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
+        # With tracing on, every press runs in its span: the lane is skipped.
+        sold_out = None if tracing.ENABLED else sold_out_now(scope, match.group(1))
+        if sold_out is not None:
+            try:
+                await sold_out(scope, receive, send)
+            finally:
+                self._metrics.record(sold_out.status_code, start)
+            return
         scope["path_params"] = {"eventId": match.group(1)}
         request = Request(scope, receive)
         if tracing.ENABLED:

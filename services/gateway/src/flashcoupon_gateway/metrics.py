@@ -48,3 +48,8 @@ for _reason in (
     "redis_unavailable",
 ):
     SHED.labels(_reason)
+ISSUE_BATCH_SIZE = Histogram(
+    "flashcoupon_gateway_issue_batch_size",
+    "Presses per batch forwarded to an issuer (POST /internal/v1/issue-batch)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+)

@@ -12,10 +12,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from flashcoupon_common import tracing, validation
+from flashcoupon_common import http1, tracing, validation
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.holders import Holders
 from flashcoupon_common.http import ProblemError, problem
+from flashcoupon_common.issue_batch import Press
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -23,11 +24,12 @@ from starlette.responses import Response
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.admission import EventInfo, SpecCache
 from flashcoupon_gateway.auth import Authenticator, Principal
+from flashcoupon_gateway.issue_batch import IssueBatcher
 from flashcoupon_gateway.metrics import QUEUED, SHED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled
-from flashcoupon_gateway.upstream import Answer, Forwarder, unavailable
+from flashcoupon_gateway.upstream import Answer, Forwarder, invalid_characters, unavailable
 from flashcoupon_gateway.waiting_room import RoomAnswer, TicketState, WaitingRoom
 
 USER_HEADER = "X-Flashcoupon-User"
@@ -76,11 +78,19 @@ def client_ip(request: Request, trusted_proxies: int) -> str:
 
 
 def upstream_headers(request: Request, user: str) -> dict[str, str]:
-    """Headers for an upstream call: the user id from the verified token, never the client's."""
+    """Headers for an upstream call: the user id from the verified token, never the client's.
+
+    A forwarded value with a control character is a 400 INVALID_CHARACTERS here, whether the
+    call then writes it as a header or carries the press in a batch (which drops the values
+    the issuer does not read): one rule for both ways of forwarding."""
     headers = {USER_HEADER: user}
     for name in _FORWARDED:
         value = request.headers.get(name)
         if value is not None and len(value) <= 512:
+            try:
+                http1.check_header_value(name, value)
+            except http1.UnsafeRequestError as exc:
+                raise invalid_characters(exc) from None
             headers[name] = value
     key = validation.idempotency_key(request.headers.get("idempotency-key"))
     if key is not None:
@@ -136,11 +146,14 @@ class Gateway:
     sold_out: SoldOutBoard
     # Who holds a coupon of a sold-out event: only others get the edge's 410 (None: nobody).
     holders: Holders | None = None
+    # Presses to the issuers go in batches (None: one request each, ISSUE_BATCH_MAX=0).
+    batcher: IssueBatcher | None = None
     in_flight: int = field(default=0)
     # Shoppers answered 503 on an issue: their retry goes to the issuer even after a sell-out.
     unsettled: Unsettled = field(default_factory=Unsettled)
     # event -> (fetched at, answer) of GET /v1/events/{id}: public state may be approximate.
     event_cache: dict[str, tuple[float, Answer]] = field(default_factory=dict)
+    _sold_out_answers: dict[str, Response] = field(default_factory=dict)
 
     def slot(self) -> _Slot:
         """Bounded in-flight upstream calls per process: over the bound, 503 at once."""
@@ -208,30 +221,70 @@ class Gateway:
     async def check_sold_out(self, event_id: str, headers: dict[str, str]) -> None:
         """410 SOLD_OUT for a press of a sold-out event: no rate-limit call, no issuer call.
 
-        Keyed requests pass: a retry of a press that did get a coupon must reach the issuer to
-        get that coupon back (a keyed press that holds nothing still gets no queue ticket); so
-        do shoppers this process answered 503, and every holder of a coupon of the event (its
-        holders are loaded once per sell-out): a holder whose answer was lost — a timeout, a
-        503 from another replica — is told their coupon by the issuer (409 DUPLICATE).
+        Only to shoppers known to hold nothing: every holder of a coupon of the event is
+        forwarded (its holders are loaded once per sell-out), with or without an
+        Idempotency-Key — a holder whose answer was lost (a timeout, a 503 from another
+        replica) is told their coupon by the issuer (a keyed replay, or 409 DUPLICATE). So are
+        shoppers this process answered 503. A keyed press of someone holding nothing gets the
+        410 here: the issuer could not have issued them anything either.
         """
         user = headers[USER_HEADER]
         if (
             self.sold_out.is_sold_out(event_id)
-            and "Idempotency-Key" not in headers
             and (event_id, user) not in self.unsettled
             and self.holders is not None
             and await self.holders.holds_nothing(event_id, user)
         ):
             raise sold_out(event_id)
 
+    def answers_sold_out_now(self, event_id: str, authorization: str | None) -> bool:
+        """Whether a body-less press of `event_id` gets 410 SOLD_OUT at once, decided without
+        awaiting anything (the sold-out lane, fastpath.sold_out_now): the event is sold out,
+        its state was read within the spec cache's ttl (so a re-opening the channels missed
+        is still noticed by the next full press), the token verifies synchronously, and the
+        shopper holds nothing and was not answered 503 here. Any doubt (no cached holders, a
+        JWKS token, a bad token) is False: the full path decides, with the same rules."""
+        if not (self.sold_out.is_sold_out(event_id) and self.specs.fresh(event_id)):
+            return False
+        holders = None if self.holders is None else self.holders.cached(event_id)
+        if holders is None:
+            return False
+        try:
+            principal = self.auth.authenticate_now(authorization)
+        except ProblemError:
+            return False  # the full path answers the 401
+        return (
+            principal is not None
+            and principal.user_id not in holders
+            and (event_id, principal.user_id) not in self.unsettled
+        )
+
+    def sold_out_answer(self, event_id: str) -> Response:
+        """The 410 for a sold-out event, rendered once (a Response holds no per-request state
+        and can be sent again; the crowd after a sell-out all get this one)."""
+        answer = self._sold_out_answers.get(event_id)
+        if answer is None:
+            if len(self._sold_out_answers) >= 256:
+                self._sold_out_answers.clear()
+            exc = sold_out(event_id)
+            answer = problem(exc.status, exc.code, exc.detail)
+            self._sold_out_answers[event_id] = answer
+        return answer
+
     async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
         user = headers[USER_HEADER]
         try:
             async with self.slot():
                 up = self.upstream.pick_issuer(affinity=user)
-                answer = await self.upstream.call(
-                    up, "POST", f"/internal/v1/events/{event_id}/issue", headers
-                )
+                if self.batcher is not None:
+                    press = Press(
+                        event_id, user, headers.get("Idempotency-Key"), headers.get("traceparent")
+                    )
+                    answer = await self.batcher.issue(up, press)
+                else:
+                    answer = await self.upstream.call(
+                        up, "POST", f"/internal/v1/events/{event_id}/issue", headers
+                    )
         except ProblemError as exc:
             if exc.status == 503:
                 self.unsettled.add(event_id, user)

@@ -52,6 +52,32 @@ class Answer:
     headers: dict[str, str]
 
 
+def answer_of(
+    up: Upstream,
+    method: str,
+    path: str,
+    status: int,
+    raw_headers: list[tuple[bytes, bytes]],
+    content: bytes,
+) -> Answer:
+    """An upstream's answer as relayed to the shopper: the headers worth passing, and a 502
+    BAD_UPSTREAM problem in place of an error answer that is not our application's JSON."""
+    passed = {k.decode(): v.decode("latin-1") for k, v in raw_headers if k in _PASS_HEADERS}
+    if status >= 400 and not passed.get("content-type", "").encode().startswith(_JSON_TYPES):
+        # Not one of our application's answers: the upstream's HTTP server refused the
+        # request itself (plain text). Relaying it would break the problem+json contract.
+        logger.warning(
+            "%s %s answered %d %r to %s %s",
+            up.kind, up.base_url, status, content[:100], method, path,
+        )  # fmt: skip
+        raise ProblemError(502, "BAD_UPSTREAM", f"the {up.kind} could not process the request")
+    return Answer(status, content, passed)
+
+
+def invalid_characters(exc: UnsafeRequestError) -> ProblemError:
+    return ProblemError(400, "INVALID_CHARACTERS", str(exc))
+
+
 def unavailable(detail: str, retry_after: float, reason: str) -> ProblemError:
     SHED.labels(reason).inc()
     return ProblemError(
@@ -160,7 +186,7 @@ class Forwarder:
             raise unavailable(f"the {up.kind} is unreachable", 1, "upstream_error") from None
         except UnsafeRequestError as exc:
             up.breaker.on_abandoned()  # nothing was sent: the upstream was not tried
-            raise ProblemError(400, "INVALID_CHARACTERS", str(exc)) from None
+            raise invalid_characters(exc) from None
         except BaseException:
             up.breaker.on_abandoned()  # cancelled (client went away): not the upstream's fault
             raise
@@ -176,16 +202,7 @@ class Forwarder:
             up.breaker.on_success()
             if was is not State.CLOSED:
                 up.publish_state()
-        passed = {k.decode(): v.decode("latin-1") for k, v in raw_headers if k in _PASS_HEADERS}
-        if status >= 400 and not passed.get("content-type", "").encode().startswith(_JSON_TYPES):
-            # Not one of our application's answers: the upstream's HTTP server refused the
-            # request itself (plain text). Relaying it would break the problem+json contract.
-            logger.warning(
-                "%s %s answered %d %r to %s %s",
-                up.kind, up.base_url, status, content[:100], method, path,
-            )  # fmt: skip
-            raise ProblemError(502, "BAD_UPSTREAM", f"the {up.kind} could not process the request")
-        return Answer(status, content, passed)
+        return answer_of(up, method, path, status, raw_headers, content)
 
     def _failed(self, up: Upstream, start: float, outcome: str) -> None:
         UPSTREAM_DURATION.labels(up.kind, outcome).observe(time.perf_counter() - start)

@@ -11,7 +11,7 @@ import os
 
 import uvicorn
 from flashcoupon_common import tracing
-from flashcoupon_common.httpserver import guarded_protocol
+from flashcoupon_common.httpserver import server_options
 from flashcoupon_common.logsetup import configure_logging
 from flashcoupon_common.settings import settings_or_exit
 from starlette.types import ASGIApp
@@ -41,11 +41,8 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         workers=args.workers,
-        loop="uvloop",
-        http=guarded_protocol("issuer", settings.timeouts),
-        access_log=False,
-        log_config=None,
         backlog=4096,
+        **server_options("issuer", settings.timeouts),
     )
 
 

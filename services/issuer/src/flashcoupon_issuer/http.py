@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from flashcoupon_common import event_state, tracing, validation
+from flashcoupon_common import event_state, issue_batch, tracing, validation
 from flashcoupon_common.http import (
     PROBLEM_JSON,
     JSONResponse,
@@ -27,7 +27,7 @@ from flashcoupon_common.http import (
 )
 from flashcoupon_common.red_metrics import RouteMetrics
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -51,6 +51,11 @@ TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}
 
 
 _SECONDS: dict[int, str] = {}
+
+
+def deadline_budget(value: bytes) -> int | None:
+    """X-Flashcoupon-Deadline-Ms as milliseconds; a malformed value is ignored (None)."""
+    return int(value) if value.isdigit() and len(value) < 9 else None
 
 
 def iso(ms: int) -> str:
@@ -130,10 +135,14 @@ class IssueEdge:
         self.app = app
         self._errors = app.exception_handlers
         self._metrics = RouteMetrics("issuer", ISSUE_ROUTE, "POST")
+        self._batch_metrics = RouteMetrics("issuer", issue_batch.BATCH_PATH, "POST")
         self._sold_out: dict[str, Response] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
+        if path == issue_batch.BATCH_PATH and scope["type"] == "http" and scope["method"] == "POST":
+            await self._batch(scope, receive, send)
+            return
         if (
             scope["type"] != "http"
             or not path.startswith(ISSUE_PREFIX)
@@ -153,6 +162,46 @@ class IssueEdge:
         finally:
             self._metrics.record(response.status_code, start)
 
+    async def _batch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """POST /internal/v1/issue-batch: every press run as if it had come alone, at once
+        (their script calls share the batcher's round trips), answered together. Each press
+        counts in the issue route's RED metrics with its own status; the batch is one request
+        of its own route."""
+        start = time.perf_counter()
+        try:
+            response = await self._batch_answer(scope, receive)
+        except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
+            response = await error_response(self._errors, Request(scope, receive), exc)
+        try:
+            await response(scope, receive, send)
+        finally:
+            self._batch_metrics.record(response.status_code, start)
+
+    async def _batch_answer(self, scope: Scope, receive: Receive) -> Response:
+        raw = await _body(receive, issue_batch.MAX_BYTES)
+        try:
+            presses = issue_batch.decode_presses(raw)
+        except issue_batch.BatchError as exc:
+            return problem(400, "MALFORMED_BATCH", str(exc))
+        budget = None
+        for name, value in scope["headers"]:
+            if name == DEADLINE_HEADER:
+                budget = deadline_budget(value)
+        service: IssueService = scope["state"]["service"]
+        start = time.perf_counter()
+        responses = await asyncio.gather(
+            *(
+                self.press(service, p.event_id, p.user, p.key, p.traceparent, budget)
+                for p in presses
+            )
+        )
+        for r in responses:
+            self._metrics.record(r.status_code, start)
+        body = issue_batch.encode_answers(
+            [(r.status_code, r.raw_headers, bytes(r.body)) for r in responses]
+        )
+        return Response(body, 200, media_type="application/json")
+
     async def _issue(self, scope: Scope, event_id: str) -> Response:
         user = key = tp = None
         budget: int | None = None
@@ -165,17 +214,26 @@ class IssueEdge:
                 key = value.decode("latin-1")
             elif name == b"traceparent":
                 tp = value.decode("latin-1")
-            elif name == DEADLINE_HEADER and value.isdigit() and len(value) < 9:
-                budget = int(value)  # ms the gateway still waits; malformed values are ignored
-        response: Response | None
+            elif name == DEADLINE_HEADER:
+                budget = deadline_budget(value)
         if raw_user and user is None:
-            response = problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
-        else:
-            response = _check(event_id, user, key)
+            return problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
+        return await self.press(scope["state"]["service"], event_id, user, key, tp, budget)
+
+    async def press(
+        self,
+        service: IssueService,
+        event_id: str,
+        user: str | None,
+        key: str | None,
+        tp: str | None,
+        budget: int | None,
+    ) -> Response:
+        """One shopper's press, as sent alone or in a batch (flashcoupon_issuer.batch)."""
+        response = _check(event_id, user, key)
         if response is not None:
             return response
         assert user is not None
-        service: IssueService = scope["state"]["service"]
         if tp and not TRACEPARENT_RE.fullmatch(tp):
             tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
         if tracing.ENABLED:
@@ -249,6 +307,23 @@ async def _outcome(
     except IssuerUnavailable as exc:
         logger.warning("issue for %s unavailable: %s", event_id, exc)
         return None
+
+
+async def _body(receive: Receive, max_bytes: int) -> bytes:
+    """The request body, or 413 once it grows past `max_bytes`."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > max_bytes:
+            raise ProblemError(413, "PAYLOAD_TOO_LARGE", f"body larger than {max_bytes} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
 def _check(event_id: str, user: str | None, key: str | None) -> Response | None:

@@ -1,0 +1,104 @@
+"""Presses to one issuer, forwarded together: one POST /internal/v1/issue-batch per loop turn.
+
+Every press that reaches `IssueBatcher.issue` in the same turn of the event loop, for the same
+issuer, joins one batch: the first schedules the send with `call_soon`, which runs after every
+task already woken in this turn (a crowd's presses wake together, when their rate-limit
+replies arrive in one Redis round trip), so under load batches fill by themselves and no
+press waits for a timer; a quiet gateway sends batches of one. The wire format is
+flashcoupon_common.issue_batch; the issuer answers each press as it would alone.
+
+The batch is one upstream call (Forwarder.call: timeout, breaker, deadline header), so its
+failure is every press's failure: each sees the same 503, 502 or timeout as a lone press
+would, and the gateway treats each shopper accordingly (Gateway.issue: a 503 makes them
+unsettled). A shopper who leaves mid-batch only loses their own answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from flashcoupon_common import issue_batch
+from flashcoupon_common.http import ProblemError
+from flashcoupon_common.issue_batch import BatchError, Press
+
+from flashcoupon_gateway.metrics import ISSUE_BATCH_SIZE
+from flashcoupon_gateway.upstream import Answer, Forwarder, Upstream, answer_of
+
+logger = logging.getLogger(__name__)
+
+_Waiting = tuple[Press, "asyncio.Future[Answer]"]
+_JSON = {"Content-Type": "application/json"}
+
+
+class IssueBatcher:
+    def __init__(self, forwarder: Forwarder, max_batch: int) -> None:
+        self.forwarder = forwarder
+        self.max_batch = max_batch
+        self._pending: dict[Upstream, list[_Waiting]] = {}
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def issue(self, up: Upstream, press: Press) -> Answer:
+        """The issuer's answer to `press`, sent with whatever else goes to `up` this turn."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Answer] = loop.create_future()
+        waiting = self._pending.get(up)
+        if waiting is None:
+            waiting = self._pending[up] = []
+            loop.call_soon(self._flush, up)
+        waiting.append((press, future))
+        if len(waiting) >= self.max_batch:
+            self._flush(up)  # full: send now; later presses this turn start a new batch
+        return await future
+
+    def _flush(self, up: Upstream) -> None:
+        waiting = self._pending.pop(up, None)
+        if not waiting:
+            return
+        task = asyncio.get_running_loop().create_task(self._send(up, waiting))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, up: Upstream, waiting: list[_Waiting]) -> None:
+        ISSUE_BATCH_SIZE.observe(len(waiting))
+        presses = [press for press, _ in waiting]
+        try:
+            answers = await self._call(up, presses)
+        except asyncio.CancelledError:
+            for _, future in waiting:
+                future.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - every press of the batch fails with it
+            for _, future in waiting:
+                if not future.done():
+                    future.set_exception(_own_copy(exc))
+            return
+        for (_, future), answer in zip(waiting, answers, strict=True):
+            if not future.done():  # its shopper may have gone
+                future.set_result(answer)
+
+    async def _call(self, up: Upstream, presses: list[Press]) -> list[Answer]:
+        path = issue_batch.BATCH_PATH
+        body = issue_batch.encode_presses(presses)
+        batch = await self.forwarder.call(up, "POST", path, _JSON, body)
+        if batch.status != 200:
+            return [batch] * len(presses)  # the issuer's problem for the batch, to each press
+        try:
+            raw = issue_batch.decode_answers(batch.body, len(presses))
+        except BatchError as exc:
+            logger.warning("issuer %s answered a batch wrongly: %s", up.base_url, exc)
+            raise ProblemError(502, "BAD_UPSTREAM", "the issuer could not process the request")
+        return [answer_of(up, "POST", path, *answer) for answer in raw]
+
+    async def aclose(self) -> None:
+        for task in list(self._sending):
+            task.cancel()
+        await asyncio.gather(*self._sending, return_exceptions=True)
+
+
+def _own_copy(exc: Exception) -> Exception:
+    """A problem each waiting press raises as its own (a raise extends the exception's
+    traceback: one object raised in many tasks would carry all of theirs)."""
+    if isinstance(exc, ProblemError):
+        return ProblemError(exc.status, exc.code, exc.detail, headers=exc.headers, **exc.extra)
+    return exc

@@ -1,0 +1,55 @@
+"""The gateway → issuer batch format (flashcoupon_common.issue_batch): both ends agree."""
+
+from __future__ import annotations
+
+import pytest
+from flashcoupon_common.issue_batch import (
+    MAX_PRESSES,
+    BatchError,
+    Press,
+    decode_answers,
+    decode_presses,
+    encode_answers,
+    encode_presses,
+)
+
+
+def test_presses_round_trip_with_unicode_users_and_missing_keys() -> None:
+    presses = [Press("ev-1", "zoë 😀", "k-1", None), Press("ev-1", "bob", None, "00-ab")]
+    assert decode_presses(encode_presses(presses)) == presses
+
+
+def test_answers_round_trip_any_bytes_without_content_length() -> None:
+    body = '{"detail":"zoë"}'.encode() + bytes(range(256))
+    answers = [
+        (201, [(b"content-type", b"application/json"), (b"content-length", b"9")], body),
+        (410, [(b"content-type", b"application/problem+json")], b"{}"),
+    ]
+    decoded = decode_answers(encode_answers(answers), 2)
+    assert decoded == [
+        (201, [(b"content-type", b"application/json")], body),
+        (410, [(b"content-type", b"application/problem+json")], b"{}"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"{}",
+        b"[]",
+        b'[["e", "u", "k"]]',
+        b'[["e", "u", 1, null]]',
+        b'[[null, "u", null, null]]',
+        b"[" + b'["e","u",null,null],' * MAX_PRESSES + b'["e","u",null,null]]',
+    ],
+)
+def test_presses_that_are_not_a_batch_are_refused(raw: bytes) -> None:
+    with pytest.raises(BatchError):
+        decode_presses(raw)
+
+
+@pytest.mark.parametrize("raw", [b"nope", b"[]", b'[[201, [], "x"]]', b'[[201, 5, "x"], [1]]'])
+def test_answers_that_do_not_match_the_presses_are_refused(raw: bytes) -> None:
+    with pytest.raises(BatchError):
+        decode_answers(raw, 2)
