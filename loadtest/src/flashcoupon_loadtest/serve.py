@@ -5,12 +5,11 @@
 
 Every benchmark server — the hello-world baseline, a service app under test — is started by
 `server_command`, so a baseline never runs on a faster (or slower) server than the services.
-The subtle part: the services start uvicorn from their own `__main__` (services/gateway,
-services/issuer: uvloop, the guarded httptools protocol of flashcoupon_common.httpserver, no
-access log, no log config), and `UVICORN_OPTIONS` repeats that set here because the loadtest
-package may not change those modules. tests/unit/test_bench_serve.py runs each service's
-`main()` with uvicorn.run captured and fails when the two differ; the fix for good is one
-function in flashcoupon_common that both call.
+The options are the services' own: flashcoupon_common.httpserver.server_options (uvloop, the
+guarded httptools protocol, no access log, no log config, proxy headers off), plus what each
+service's `__main__` adds (`SERVICE_EXTRAS`: the gateway's keep-alive, the issuer's backlog).
+The subtle part: those extras are repeated here, so tests/unit/test_bench_serve.py runs each
+service's `main()` with uvicorn.run recorded and fails when the two differ.
 
 `--server granian` serves the same app with granian (Rust HTTP server, ASGI interface, uvloop,
 one worker, no access log, the same header read deadline): the alternative `make bench-servers`
@@ -24,31 +23,24 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from flashcoupon_common.httpserver import ServerTimeouts, guarded_protocol
+from flashcoupon_common.httpserver import ServerTimeouts, server_options
 
 Server = Literal["uvicorn", "granian"]
 SERVERS: tuple[Server, ...] = ("uvicorn", "granian")
 
-# What services/<svc>/__main__.py pass to uvicorn.run besides the app, host, port, workers and
-# factory. "hello" is served like the gateway: it stands in for the process shoppers reach.
-UVICORN_OPTIONS: dict[str, dict[str, Any]] = {
-    "gateway": {
-        "loop": "uvloop",
-        "access_log": False,
-        "log_config": None,
-        "timeout_keep_alive": 30,
-    },
-    "issuer": {"loop": "uvloop", "access_log": False, "log_config": None, "backlog": 4096},
+# What services/<svc>/__main__.py pass to uvicorn.run besides server_options and the app,
+# host, port, workers and factory. "hello" is served like the gateway: it stands in for the
+# process shoppers reach.
+SERVICE_EXTRAS: dict[str, dict[str, Any]] = {
+    "gateway": {"timeout_keep_alive": 30},
+    "issuer": {"backlog": 4096},
 }
-UVICORN_OPTIONS["hello"] = UVICORN_OPTIONS["gateway"]
+SERVICE_EXTRAS["hello"] = SERVICE_EXTRAS["gateway"]
 
 
 def uvicorn_options(service: str) -> dict[str, Any]:
-    """uvicorn.run's keyword arguments for `service` (gateway, issuer, hello), protocol included."""
-    return {
-        **UVICORN_OPTIONS[service],
-        "http": guarded_protocol(service, ServerTimeouts()),
-    }
+    """uvicorn.run's keyword arguments for `service` (gateway, issuer, hello)."""
+    return {**SERVICE_EXTRAS[service], **server_options(service, ServerTimeouts())}
 
 
 def server_command(
@@ -96,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("app", help="module:attribute")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--factory", action="store_true", help="app is a factory (services' build)")
-    ap.add_argument("--service", default="hello", choices=sorted(UVICORN_OPTIONS))
+    ap.add_argument("--service", default="hello", choices=sorted(SERVICE_EXTRAS))
     args = ap.parse_args(argv)
     import uvicorn
 
