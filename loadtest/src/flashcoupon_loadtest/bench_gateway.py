@@ -323,9 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": vars(args),
         "paths": measured,
         "ratios": computed,
-        # The names earlier reports used (bench_all's table, docs/gateway.md).
-        "issuer_direct": measured.get("issuer"),
-        "through_gateway": measured.get("gateway"),
+        # The figure earlier reports named so (docs/gateway.md): gateway / issuer-direct.
         "throughput_ratio": computed.get("gateway/issuer-direct", {}).get("value"),
         "rounds": rounds,
     }
