@@ -103,8 +103,17 @@ bench-issuer: stack-up ## issuer vs hello-world vs naive EVALSHA, ratios in load
 bench-persister: stack-up ## persister rows/s vs plain executemany, in loadtest/results/
 	$(RUN) python -m flashcoupon_loadtest.bench_persister
 
-bench-gateway: stack-up ## issuer direct vs through the gateway, in loadtest/results/
+bench-gateway: stack-up ## gateway vs issuer direct vs hello-world (forwarded, sold-out, unbatched), in loadtest/results/
 	$(RUN) python -m flashcoupon_loadtest.bench_gateway
+
+.PHONY: bench-servers bench-revisions
+bench-servers: stack-up ## uvicorn vs granian serving hello-world, the issuer and the gateway, same run
+	$(RUN) python -m flashcoupon_loadtest.bench_servers
+
+# BEFORE is checked out once under .cache/bench-revisions/<sha> with its own venv (docs/loadtest.md).
+bench-revisions: stack-up ## bench-gateway's paths for BEFORE=<git rev> and this tree, interleaved: after/before
+	@test -n "$(BEFORE)" || { echo "usage: make bench-revisions BEFORE=<git rev>" >&2; exit 2; }
+	$(RUN) python -m flashcoupon_loadtest.bench_revisions --before "$(BEFORE)"
 
 .PHONY: bench-relay bench-wallet
 bench-relay: stack-up ## outbox relay records/s into Kafka (50k entries) vs naive send_and_wait

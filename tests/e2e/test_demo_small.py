@@ -42,3 +42,14 @@ def test_small_demo_passes_every_invariant(stack: Any, mysql_url: str, tmp_path:
     assert "ISSUED" not in dups, dups  # perUserLimit 1: another press never gets a 2nd coupon
     assert (tmp_path / "demo.png").stat().st_size > 10_000
     assert "RESULT: PASS" in proc.stdout
+
+    # The same-run hello-world baseline and every started process's peak memory are reported.
+    baseline = report["baseline"]
+    assert baseline["hello"]["outcomes"] == {"HTTP_200": baseline["hello"]["requests"]}, baseline
+    assert baseline["ratio"] == round(summary["throughput_rps"] / baseline["hello_rps"], 3)
+    assert "of hello-world" in proc.stdout
+    peaks = report["peak_rss_mib"]
+    names = {"gateway-1", "gateway-2", "issuer-1", "issuer-2", "relay-1", "persister-1", "wallet"}
+    assert set(peaks) == names and all(mib > 10 for mib in peaks.values()), peaks
+    assert set(report["burst_cpu"]) == names, report["burst_cpu"]
+    assert all(c["cpu_seconds"] > 0 for n, c in report["burst_cpu"].items() if "gateway" in n)

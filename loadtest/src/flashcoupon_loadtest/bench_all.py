@@ -165,6 +165,8 @@ def run_e2e(users: int, coupons: int, timeout: float) -> dict[str, Any]:
         ("sold out in s", s["sell_out_seconds"]),
         ("drain s", r["drain_seconds"]),
         ("invariants passed", float(all(c["verdict"] == "PASS" for c in r["invariants"]))),
+        # Issue 13 goal 5: the same driver's hello-world rate, measured in the demo's own run.
+        ("answers/s / hello-world (same run)", (r.get("baseline") or {}).get("ratio")),
         ("wall s", r["wall_seconds"]),
     ]
     selftest = RESULTS / "driver_selftest.json"

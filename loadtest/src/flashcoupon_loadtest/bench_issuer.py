@@ -2,8 +2,8 @@
 
     uv run python -m flashcoupon_loadtest.bench_issuer [--requests 30000] [--rounds 2]
 
-Four paths, each served by ONE uvicorn worker process started with identical settings
-(`python -m uvicorn ... --loop uvloop --http httptools --no-access-log`):
+Four paths, each served by ONE uvicorn worker process started with the services' own options
+(flashcoupon_loadtest.serve: uvloop, the guarded httptools protocol, no access log):
 
   hello    a hello-world Starlette route (flashcoupon_loadtest.hello), GET /
   naive    the issuer app with FLASHCOUPON_ISSUER_BATCHING=false: one EVALSHA round trip per
@@ -94,9 +94,15 @@ def main(argv: list[str] | None = None) -> int:
             {**env, "FLASHCOUPON_ISSUER_BATCHING": "false"},
             "bench-naive.log",
             True,
+            service="issuer",
         ),
         "issuer": serve(
-            "flashcoupon_issuer.__main__:build", ports["issuer"], env, "bench-issuer.log", True
+            "flashcoupon_issuer.__main__:build",
+            ports["issuer"],
+            env,
+            "bench-issuer.log",
+            True,
+            service="issuer",
         ),
     }
     targets = {

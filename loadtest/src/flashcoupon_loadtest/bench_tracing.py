@@ -87,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         "hello": serve(
             "flashcoupon_loadtest.hello:app", ports["hello"], env, "bench-hello.log", False
         ),
-        "off": serve(issuer, ports["off"], env, "bench-tracing-off.log", True),
-        "on": serve(issuer, ports["on"], traced, "bench-tracing-on.log", True),
-        "sampled": serve(issuer, ports["sampled"], sampled, "bench-tracing-sampled.log", True),
+        "off": serve(issuer, ports["off"], env, "bench-tracing-off.log", True, service="issuer"),
+        "on": serve(issuer, ports["on"], traced, "bench-tracing-on.log", True, service="issuer"),
+        "sampled": serve(
+            issuer, ports["sampled"], sampled, "bench-tracing-sampled.log", True, service="issuer"
+        ),
     }
     targets = {p: (f"http://127.0.0.1:{ports[p]}", procs[p].pid, events.get(p)) for p in PATHS}
     try:

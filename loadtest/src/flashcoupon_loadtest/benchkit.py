@@ -1,9 +1,10 @@
-"""What the single-server benchmarks share: start a uvicorn server process, measure one
-scenario against it (req/s, latency, the server's CPU per request), a never-selling-out event,
-rounds that alternate the paths, the report's head.
+"""What the single-server benchmarks share: start a server process (flashcoupon_loadtest.serve:
+the services' own uvicorn options), measure one scenario against it (req/s, latency, the
+server's CPU per request), a never-selling-out event, rounds that alternate the paths, the
+report's head.
 
-bench_issuer and bench_tracing use it; the numbers are comparable between them because the
-server, the driver and the measurement are the same code.
+bench_issuer, bench_tracing, bench_servers and bench_gateway use it; the numbers are comparable
+between them because the server, the driver and the measurement are the same code.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from flashcoupon_common.event_spec import EventSpec, TierSpec
 from flashcoupon_common.messages import Discount
 
 from flashcoupon_loadtest import driver
-from flashcoupon_loadtest.localrun import uvicorn_command, wait_ready
+from flashcoupon_loadtest.localrun import free_port, wait_ready
+from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
 from flashcoupon_loadtest.scenarios import Burst, GetLoop
+from flashcoupon_loadtest.serve import Server, server_command
 from flashcoupon_loadtest.stats import latency_summary, outcome_counts, throughput
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 LOGS = Path(__file__).resolve().parents[3] / ".stack" / "logs"
+HELLO_APP = "flashcoupon_loadtest.hello:app"
 
 
 def bench_spec(event_id: str, quantity: int) -> EventSpec:
@@ -42,26 +46,42 @@ def bench_spec(event_id: str, quantity: int) -> EventSpec:
     )
 
 
-def serve(app: str, port: int, env: dict[str, str], log: str, factory: bool) -> Any:
+def serve(
+    app: str,
+    port: int,
+    env: dict[str, str],
+    log: str,
+    factory: bool,
+    *,
+    server: Server = "uvicorn",
+    service: str = "hello",
+) -> Any:
+    """Start `app` (1 worker) and wait for its /readyz; its output goes to .stack/logs/`log`."""
     LOGS.mkdir(parents=True, exist_ok=True)
-    cmd = uvicorn_command(app, port, factory=factory)
+    cmd = server_command(app, port, factory=factory, server=server, service=service)
     out = (LOGS / log).open("wb")
     proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
     wait_ready(f"http://127.0.0.1:{port}/readyz", proc=proc, timeout=60)
     return proc
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) the server process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def measure(scenario: Any, url: str, processes: int, server_pid: int) -> dict[str, Any]:
+def measure(
+    scenario: Any,
+    url: str,
+    processes: int,
+    server_pid: int,
+    watch: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
+    """`scenario` against `url`; `watch` names more processes whose CPU per request to report
+    (the issuer behind a gateway, ...) in `cpu_us_per_request`."""
+    watched = dict(watch or {})
     cpu0 = cpu_seconds(server_pid)
+    before = {name: cpu_seconds(pid) for name, pid in watched.items()}
     result = driver.run(scenario, [url], processes=processes, timeout=300)
     server_cpu = cpu_seconds(server_pid) - cpu0
+    after = {name: cpu_seconds(pid) for name, pid in watched.items()}
     recs = result.records
+    per_request = 1e6 / max(1, len(recs))
     lat = latency_summary(r.latency for r in recs)
     return {
         "requests": len(recs),
@@ -72,9 +92,26 @@ def measure(scenario: Any, url: str, processes: int, server_pid: int) -> dict[st
         "driver_cpu_s": round(result.cpu_seconds, 2),
         # CPU the one server process spent per answer: on a shared box this is steadier than
         # req/s, and its inverse is the process's ceiling if it had a core to itself.
-        "server_cpu_us_per_request": round(server_cpu / max(1, len(recs)) * 1e6, 1),
+        "server_cpu_us_per_request": round(server_cpu * per_request, 1),
+        "cpu_us_per_request": {
+            name: round((after[name] - before[name]) * per_request, 1) for name in watched
+        },
         "wall_s": round(result.wall_seconds, 2),
     }
+
+
+def hello_baseline(scenario: Any, *, processes: int, server: Server = "uvicorn") -> dict[str, Any]:
+    """`scenario` against one hello-world server process started for it (then stopped): the
+    same-run denominator of a ratio. The hello app answers any path, so `scenario` can be the
+    very requests the service under test gets; `measure`'s figures plus its peak memory."""
+    port = free_port()
+    proc = serve(HELLO_APP, port, {}, f"bench-hello-{server}.log", False, server=server)
+    try:
+        m = measure(scenario, f"http://127.0.0.1:{port}", processes, proc.pid)
+        m["peak_rss_mib"] = peak_rss_mib({"hello": proc.pid})["hello"]
+        return m
+    finally:
+        stop_all([proc])
 
 
 def issue_or_hello(path: str, event_id: str | None, n: int, concurrency: int, prefix: str) -> Any:
@@ -141,6 +178,6 @@ def report_head(name: str, args: Any) -> dict[str, Any]:
             "concurrency": args.concurrency,
             "rounds": args.rounds,
             "driver_processes": args.processes,
-            "server": "1 uvicorn worker, uvloop, httptools, no access log",
+            "server": "1 uvicorn worker, the services' options (flashcoupon_loadtest.serve)",
         },
     }

@@ -37,6 +37,7 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSettings
 
 from flashcoupon_loadtest import driver, observe, prometheus
+from flashcoupon_loadtest.benchkit import hello_baseline
 from flashcoupon_loadtest.demo_report import drop_report, progress_line, replay_check
 from flashcoupon_loadtest.drop import (
     DEFAULT_MANIFEST,
@@ -46,6 +47,7 @@ from flashcoupon_loadtest.drop import (
 )
 from flashcoupon_loadtest.invariants import check_event
 from flashcoupon_loadtest.localrun import LocalServices, stack_env
+from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
 from flashcoupon_loadtest.stats import ISSUED
@@ -71,6 +73,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="spread first presses over this many seconds (0: as fast as possible)",
     )
     ap.add_argument("--processes", type=int, default=1, help="driver worker processes (1)")
+    ap.add_argument("--gateways", type=int, default=2, help="gateway processes started (2)")
+    ap.add_argument(
+        "--baseline-requests",
+        type=int,
+        default=30_000,
+        help="before the drop, this many presses (same driver, concurrency, processes and "
+        "request shape) to a hello-world process on the services' server options: the report's "
+        "denominator (30,000; 0 skips; never with --target)",
+    )
     ap.add_argument(
         "--target",
         action="append",
@@ -122,6 +133,7 @@ async def run(args: argparse.Namespace) -> int:
         if not args.target:
             await create_topics(kafka.bootstrap, topic, partitions=6)
             services = LocalServices(
+                gateways=args.gateways,
                 jwt_secret=args.jwt_secret,
                 env={"FLASHCOUPON_MYSQL_URL": env["FLASHCOUPON_MYSQL_URL"]},
                 per_service_env={
@@ -148,6 +160,9 @@ async def run(args: argparse.Namespace) -> int:
                 + ", ".join(f"{s.name} :{s.port}" for s in services.services)
             )
         targets = args.target or (services.gateway_urls if services else [])
+        hello = None
+        if args.baseline_requests > 0 and not args.target:
+            hello = await asyncio.to_thread(_hello_baseline, args)
         start_at = datetime.now(UTC) + timedelta(seconds=args.lead)
         doc = demo_manifest(args.manifest, name=event_id, quantity=args.coupons, start_at=start_at)
         when = start_at.strftime("%H:%M:%S.%f")[:-3]
@@ -158,7 +173,10 @@ async def run(args: argparse.Namespace) -> int:
         draw = None
         if prom is not None:
             draw = functools.partial(_draw_dashboard, prom, args, event_id, start_at)
-        return await _drop(args, event_id, start_at, targets, redis, engine, t_begin, draw)
+        pids = {s.name: s.proc.pid for s in services.services if s.proc} if services else {}
+        return await _drop(
+            args, event_id, start_at, targets, redis, engine, t_begin, draw, hello, pids
+        )
     finally:
         if prom is not None:
             prom.stop()
@@ -181,6 +199,8 @@ async def _drop(
     engine: Any,
     t_begin: float,
     draw_dashboard: Callable[[], None] | None = None,
+    hello: dict[str, Any] | None = None,
+    pids: dict[str, int] | None = None,
 ) -> int:
     burst = Burst(
         event_id=event_id,
@@ -201,6 +221,14 @@ async def _drop(
     )
     # A 50 ms margin: a press that reaches Redis before startAt is (rightly) NOT_STARTED.
     stop = threading.Event()
+    pids = pids or {}
+    cpu_at_go: dict[str, float] = {}
+    # Sampled at the go from a timer thread: the wait for startAt is not part of the burst.
+    go = threading.Timer(
+        max(0.0, start_at.timestamp() + 0.05 - time.time()),
+        lambda: cpu_at_go.update(_cpu(pids)),
+    )
+    go.start()
     try:
         result = await asyncio.to_thread(
             driver.run,
@@ -214,6 +242,9 @@ async def _drop(
     except asyncio.CancelledError:
         stop.set()  # Ctrl-C: the thread would otherwise finish the whole burst first
         raise
+    finally:
+        go.cancel()
+    cpu_at_end = _cpu(pids)
     if sys.stdout.isatty():
         print()
     records = result.records
@@ -229,6 +260,7 @@ async def _drop(
     demand = len({r.user for r in records if r.code in DECISIONS})
     checks = await check_event(redis, engine, event_id, demand=demand, answers=answers)
     checks.append(replay_check(records))
+    peak_rss = peak_rss_mib(pids) if pids else None  # while the services still run
     if draw_dashboard is not None:
         # Before the cleanup: deleting the event makes the services drop its series.
         await asyncio.to_thread(draw_dashboard)
@@ -248,6 +280,10 @@ async def _drop(
         redis_issued=redis_issued,
         persisted=persisted,
         checks=checks,
+        hello=hello,
+        peak_rss=peak_rss,
+        cpu_at_go=cpu_at_go,
+        cpu_at_end=cpu_at_end,
     )
     print(format_report(report, checks))
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -262,6 +298,34 @@ async def _drop(
     )
     print(f"report {json_path}\nplot   {png_path}")
     return 0 if report["passed"] else 1
+
+
+def _cpu(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}  # a dead process reads 0
+
+
+def _hello_baseline(args: argparse.Namespace) -> dict[str, Any]:
+    """The drop's presses, minus duplicates and replays, to one hello-world process."""
+    scenario = Burst(
+        event_id="hello-baseline",
+        users=args.baseline_requests,
+        concurrency=args.concurrency,
+        jwt_secret=args.jwt_secret,
+        jwt_audience=args.jwt_audience,
+        dup_fraction=0.0,
+        retry_fraction=0.0,
+        forwarded_for=True,
+        user_prefix="hello-",
+        name="hello-baseline",
+    )
+    print(
+        f"baseline: {args.baseline_requests:,} presses to a hello-world process, concurrency "
+        f"{args.concurrency}, {args.processes} driver process(es) ...",
+        flush=True,
+    )
+    m = hello_baseline(scenario, processes=args.processes)
+    print(f"  hello-world {m['rps']:,.0f} answers/s, p99 {m['p99_ms']:.1f} ms {m['outcomes']}")
+    return m
 
 
 def _draw_dashboard(

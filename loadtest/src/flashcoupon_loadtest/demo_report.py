@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from flashcoupon_loadtest.stats import (
 )
 
 Sample = tuple[float, int, int]  # (wall time, Redis issued, MySQL rows)
+BASELINE_TARGET = 0.40  # issue 13, goal 5: answers/s at least this share of hello-world's
 
 
 def progress_line(watch: PipelineWatch, quantity: int) -> Progress:
@@ -74,6 +75,10 @@ def drop_report(
     redis_issued: int,
     persisted: int,
     checks: list[Check],
+    hello: Mapping[str, Any] | None = None,
+    peak_rss: Mapping[str, float | None] | None = None,
+    cpu_at_go: Mapping[str, float] | None = None,
+    cpu_at_end: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     summary = summarize(records, quantity=args.coupons)
     burst_end = max(r.t_end for r in records)
@@ -97,12 +102,64 @@ def drop_report(
         "persisted": persisted,
         "driver_cpu_seconds": driver_cpu_seconds,
         "wall_seconds": time.time() - t_begin,
+        "baseline": baseline(summary["throughput_rps"], hello),
+        # Peak resident memory (VmHWM, MiB) of every process the demo started, read at the end.
+        "peak_rss_mib": dict(peak_rss) if peak_rss is not None else None,
+        "burst_cpu": burst_cpu(
+            cpu_at_go,
+            cpu_at_end,
+            answers=len(records),
+            seconds=burst_end - min(r.t_start for r in records),
+        ),
         "invariants": [c.to_json() for c in checks],
         "passed": all_passed(checks),
         "pipeline": samples,
         "series": time_series(records, bucket=0.1),
         "args": {k: str(v) for k, v in vars(args).items()},
     }
+
+
+def baseline(answers_rps: float, hello: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The drop's answers/s as a share of the same driver's hello-world rate in the same run.
+
+    `hello` is benchkit.measure's result for the hello-world round (None: not measured).
+    """
+    if hello is None:
+        return None
+    hello_rps = float(hello["rps"])
+    ratio = answers_rps / hello_rps if hello_rps > 0 else None
+    return {
+        "answers_rps": round(answers_rps, 1),
+        "hello_rps": round(hello_rps, 1),
+        "ratio": None if ratio is None else round(ratio, 3),
+        "target": BASELINE_TARGET,
+        "met": ratio is not None and ratio >= BASELINE_TARGET,
+        "hello": dict(hello),
+    }
+
+
+def burst_cpu(
+    at_go: Mapping[str, float] | None,
+    at_end: Mapping[str, float] | None,
+    *,
+    answers: int,
+    seconds: float,
+) -> dict[str, dict[str, float]] | None:
+    """Each service process's CPU from the go to the last answer: seconds, share of one core,
+    µs per answer — which process the burst is waiting on (None: not sampled)."""
+    if not at_go or not at_end:
+        return None
+    out = {}
+    for name in at_go:
+        if name not in at_end:
+            continue
+        used = max(0.0, at_end[name] - at_go[name])
+        out[name] = {
+            "cpu_seconds": round(used, 2),
+            "core_share": round(used / seconds, 3) if seconds > 0 else 0.0,
+            "us_per_answer": round(used * 1e6 / answers, 1) if answers else 0.0,
+        }
+    return out
 
 
 def persisted_after(

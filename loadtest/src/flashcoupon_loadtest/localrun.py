@@ -45,36 +45,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def uvicorn_command(app: str, port: int, *, factory: bool = False) -> list[str]:
-    """One uvicorn process serving `app` with the settings our services run with.
-
-    Every server a benchmark compares is started from here, so the baselines (hello-world)
-    and the services under test never differ in their server settings.
-    """
-    return [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        app,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        "--loop",
-        "uvloop",
-        "--http",
-        "httptools",
-        "--no-access-log",
-        "--log-level",
-        "warning",
-        "--backlog",
-        "4096",
-        *(["--factory"] if factory else []),
-    ]
-
-
 def wait_ready(
     url: str,
     *,

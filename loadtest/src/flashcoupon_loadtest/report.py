@@ -45,6 +45,8 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"{_s(report.get('persisted_after_sell_out_seconds'))} after the last coupon's answer",
         f"  retries       {s['retry_contradictions']} Idempotency-Key replays contradicted their "
         f"first answer; {s['retry_stale_sold_out']} got a stale SOLD_OUT (see invariant 6)",
+        *baseline_lines(report.get("baseline"), report.get("peak_rss_mib")),
+        *cpu_lines(report.get("burst_cpu")),
         f"  driver        {report['driver_cpu_seconds']:.1f} CPU-s for {s['requests']:,} requests "
         f"({report['driver_cpu_seconds'] / max(1e-9, report['burst_seconds']):.0%} of one core "
         "during the burst)",
@@ -57,6 +59,41 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"RESULT: {'PASS' if report['passed'] else 'FAIL'}",
     ]
     return "\n".join(lines)
+
+
+def baseline_lines(
+    baseline: dict[str, Any] | None, peak_rss_mib: dict[str, float | None] | None
+) -> list[str]:
+    """The report's hello-world baseline and per-process peak memory lines (when measured)."""
+    lines = []
+    if baseline is not None:
+        ratio = "n/a" if baseline["ratio"] is None else f"{baseline['ratio']:.2f}"
+        hello = baseline["hello"]
+        lines.append(
+            f"  baseline      answers/s {baseline['answers_rps']:,.0f} = {ratio} of hello-world "
+            f"{baseline['hello_rps']:,.0f} (same driver, same run; target >= "
+            f"{baseline['target']:.2f}: {'met' if baseline['met'] else 'NOT met'}); hello-world "
+            f"p99 {_ms(hello.get('p99_ms'))}, {hello.get('requests', 0):,} requests, 1 process"
+        )
+    if peak_rss_mib:
+        cells = [
+            f"{name} {'n/a' if mib is None else f'{mib:,.1f}'}"
+            for name, mib in peak_rss_mib.items()
+        ]
+        lines.append("  peak RSS      " + ", ".join(cells) + " MiB (VmHWM per process)")
+    return lines
+
+
+def cpu_lines(burst_cpu: dict[str, dict[str, float]] | None) -> list[str]:
+    """Per service process: CPU from the go to the last answer, as a share of one core."""
+    if not burst_cpu:
+        return []
+    cells = [
+        f"{name} {c['cpu_seconds']:.1f} s ({c['core_share']:.0%} of a core, "
+        f"{c['us_per_answer']:.0f} us/answer)"
+        for name, c in burst_cpu.items()
+    ]
+    return ["  burst CPU     " + ", ".join(cells)]
 
 
 def _clean(value: Any) -> Any:

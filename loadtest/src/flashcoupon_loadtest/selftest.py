@@ -19,16 +19,17 @@ import time
 from pathlib import Path
 
 from flashcoupon_loadtest import driver
-from flashcoupon_loadtest.localrun import free_port, uvicorn_command, wait_ready
+from flashcoupon_loadtest.localrun import free_port, wait_ready
 from flashcoupon_loadtest.scenarios import GetLoop
+from flashcoupon_loadtest.serve import server_command
 from flashcoupon_loadtest.stats import latency_summary
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 def start_hello(port: int) -> subprocess.Popen[bytes]:
-    """The hello-world target: same server settings as our services (uvloop, httptools)."""
-    cmd = uvicorn_command("flashcoupon_loadtest.hello:app", port)
+    """The hello-world target: same server settings as our services (flashcoupon_loadtest.serve)."""
+    cmd = server_command("flashcoupon_loadtest.hello:app", port)
     return subprocess.Popen(cmd)
 
 

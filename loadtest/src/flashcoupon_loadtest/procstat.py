@@ -1,0 +1,75 @@
+"""What a benchmark reads about a server process from Linux /proc: CPU time and peak memory.
+
+CPU is user + system time (/proc/<pid>/stat), summed over the process and its live
+descendants: granian and uvicorn --workers serve from child processes, and a parent's own
+counters do not include children until they are reaped. Peak memory is VmHWM (the resident
+set's high-water mark) from /proc/<pid>/status, read before the process is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+MIB = 1024 * 1024
+
+
+def stat_cpu_ticks(stat_line: str) -> int:
+    """utime + stime (clock ticks) from one /proc/<pid>/stat line (the name may hold ')')."""
+    fields = stat_line.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def status_kib(status_text: str, field: str) -> int | None:
+    """A `kB` field (VmHWM, VmRSS) of /proc/<pid>/status, in KiB; None if absent."""
+    for line in status_text.splitlines():
+        name, _, value = line.partition(":")
+        if name == field:
+            return int(value.split()[0])
+    return None
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every live process below it (children lists of every thread)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue  # the thread or process ended meanwhile
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) `pid` and its live descendants have used so far."""
+    ticks = 0
+    for p in descendants(pid):
+        try:
+            ticks += stat_cpu_ticks(Path(f"/proc/{p}/stat").read_text())
+        except OSError:
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pids: Mapping[str, int]) -> dict[str, float | None]:
+    """Peak resident memory (VmHWM) per named process, MiB; None for one already gone.
+
+    For a process with server children (granian) the largest of the tree is reported: the
+    worker that serves is the one whose memory matters.
+    """
+    out: dict[str, float | None] = {}
+    for name, pid in pids.items():
+        peaks = []
+        for p in descendants(pid):
+            try:
+                kib = status_kib(Path(f"/proc/{p}/status").read_text(), "VmHWM")
+            except OSError:
+                continue
+            if kib is not None:
+                peaks.append(kib)
+        out[name] = round(max(peaks) * 1024 / MIB, 1) if peaks else None
+    return out

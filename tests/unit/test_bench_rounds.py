@@ -1,0 +1,74 @@
+"""Same-run comparisons: round order, medians per path, ratios against targets, the table."""
+
+from __future__ import annotations
+
+import pytest
+from flashcoupon_loadtest.rounds import (
+    Ratio,
+    ratio_lines,
+    ratios,
+    round_orders,
+    side,
+    sides,
+    table_lines,
+)
+
+
+def m(rps: float, cpu: float, p99: float = 10.0) -> dict[str, object]:
+    return {"rps": rps, "p50_ms": 1.0, "p99_ms": p99, "cpu_us_per_request": {"gateway": cpu}}
+
+
+def test_rounds_alternate_so_no_path_is_always_first() -> None:
+    assert round_orders(["a", "b", "c"], 3) == [["a", "b", "c"], ["c", "b", "a"], ["a", "b", "c"]]
+    assert round_orders(["a"], 0) == []
+
+
+def test_side_takes_medians_over_rounds() -> None:
+    s = side([m(100, 50, 9), m(300, 70, 30), m(200, 60, 11)])
+    assert (s["rounds"], s["rps"], s["p99_ms"]) == (3, 200.0, 11.0)
+    assert s["cpu_us_per_request"] == {"gateway": 60.0}
+    with pytest.raises(ValueError):
+        side([])
+
+
+def test_ratios_only_for_measured_paths_with_targets() -> None:
+    measured = sides({"hello": [m(1000, 30)], "soldout": [m(700, 90)], "gateway": [m(300, 140)]})
+    got = ratios(
+        measured,
+        {
+            "soldout/hello": Ratio("soldout", "hello", 0.70),
+            "gateway/hello": Ratio("gateway", "hello"),
+            "issuer/hello": Ratio("issuer", "hello", 0.60),  # issuer not measured: left out
+        },
+    )
+    assert got == {
+        "soldout/hello": {"value": 0.7, "target": 0.70, "met": True},
+        "gateway/hello": {"value": 0.3, "target": None, "met": None},
+    }
+    zero = ratios(sides({"a": [m(1, 1)], "z": [m(0, 1)]}), {"a/z": Ratio("a", "z", 0.5)})
+    assert zero["a/z"] == {"value": None, "target": 0.5, "met": None}
+
+
+def test_lines() -> None:
+    measured = sides({"hello": [m(24226, 31.6)], "gateway": [m(4398, 143.3)]})
+    table = table_lines(measured, {"gateway": "gateway", "hello": "hello"})
+    assert table[2].split() == ["gateway", "4,398", "1.00", "10.00", "143.3", "(gateway)"]
+    assert table[1].split()[4] == "n/a"  # hello's process reported no CPU in this sample
+    lines = ratio_lines(ratios(measured, {"g/h": Ratio("gateway", "hello", 0.7)}))
+    assert lines == ["  g/h                          0.18  (target >= 0.70: NOT met)"]
+
+
+def test_revisions_interleave_before_and_after_per_path() -> None:
+    from flashcoupon_loadtest.bench_revisions import interleaved, revision_ratios
+
+    assert interleaved(["gateway", "soldout"]) == [
+        "hello",
+        "before:gateway",
+        "after:gateway",
+        "before:soldout",
+        "after:soldout",
+    ]
+    wanted = revision_ratios(["gateway"])
+    assert wanted["gateway after/before"] == Ratio("after:gateway", "before:gateway")
+    assert wanted["before: gateway/hello"] == Ratio("before:gateway", "hello")
+    assert set(wanted) == {"gateway after/before", "before: gateway/hello", "after: gateway/hello"}
