@@ -6,10 +6,9 @@
 Every benchmark server — the hello-world baseline, a service app under test — is started by
 `server_command`, so a baseline never runs on a faster (or slower) server than the services.
 The options are the services' own: flashcoupon_common.httpserver.server_options (uvloop, the
-guarded httptools protocol, no access log, no log config, proxy headers off), plus what each
-service's `__main__` adds (`SERVICE_EXTRAS`: the gateway's keep-alive, the issuer's backlog).
-The subtle part: those extras are repeated here, so tests/unit/test_bench_serve.py runs each
-service's `main()` with uvicorn.run recorded and fails when the two differ.
+guarded httptools protocol, no access log, no log config, proxy headers off, the gateway's
+keep-alive, the issuer's backlog); tests/unit/test_bench_serve.py runs each service's `main()`
+with uvicorn.run recorded and fails if a service starts its server any other way.
 
 `--server granian` serves the same app with granian (Rust HTTP server, ASGI interface, uvloop,
 one worker, no access log, the same header read deadline): the alternative `make bench-servers`
@@ -28,19 +27,13 @@ from flashcoupon_common.httpserver import ServerTimeouts, server_options
 Server = Literal["uvicorn", "granian"]
 SERVERS: tuple[Server, ...] = ("uvicorn", "granian")
 
-# What services/<svc>/__main__.py pass to uvicorn.run besides server_options and the app,
-# host, port, workers and factory. "hello" is served like the gateway: it stands in for the
-# process shoppers reach.
-SERVICE_EXTRAS: dict[str, dict[str, Any]] = {
-    "gateway": {"timeout_keep_alive": 30},
-    "issuer": {"backlog": 4096},
-}
-SERVICE_EXTRAS["hello"] = SERVICE_EXTRAS["gateway"]
+# "hello" is served like the gateway: it stands in for the process shoppers reach.
+SERVICES = ("gateway", "issuer", "hello")
 
 
 def uvicorn_options(service: str) -> dict[str, Any]:
     """uvicorn.run's keyword arguments for `service` (gateway, issuer, hello)."""
-    return {**SERVICE_EXTRAS[service], **server_options(service, ServerTimeouts())}
+    return server_options("gateway" if service == "hello" else service, ServerTimeouts())
 
 
 def server_command(
@@ -88,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("app", help="module:attribute")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--factory", action="store_true", help="app is a factory (services' build)")
-    ap.add_argument("--service", default="hello", choices=sorted(SERVICE_EXTRAS))
+    ap.add_argument("--service", default="hello", choices=SERVICES)
     args = ap.parse_args(argv)
     import uvicorn
 

@@ -61,8 +61,17 @@ class ServerTimeouts:
         return read_env(cls, env, prefix)
 
 
+# What one service's server needs beyond the common options: the gateway faces shoppers'
+# connections (kept alive through a shopper's presses), the issuer takes the gateways' bursts.
+_SERVICE_OPTIONS: dict[str, dict[str, Any]] = {
+    "gateway": {"timeout_keep_alive": 30},
+    "issuer": {"backlog": 4096},
+}
+
+
 def server_options(service: str, timeouts: ServerTimeouts) -> dict[str, Any]:
-    """uvicorn.run / uvicorn.Config keyword arguments for a service's HTTP server.
+    """uvicorn.run / uvicorn.Config keyword arguments for a service's HTTP server (the
+    benchmarks serve their baselines with these too: flashcoupon_loadtest.serve).
 
     `proxy_headers` is off: uvicorn would otherwise rewrite the client address from
     X-Forwarded-For for a local peer, on every request; the gateway applies its own rule
@@ -74,6 +83,7 @@ def server_options(service: str, timeouts: ServerTimeouts) -> dict[str, Any]:
         "access_log": False,
         "log_config": None,
         "proxy_headers": False,
+        **_SERVICE_OPTIONS.get(service, {}),
     }
 
 

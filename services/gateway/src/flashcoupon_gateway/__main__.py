@@ -45,7 +45,6 @@ def main(argv: list[str] | None = None) -> None:
     common = {
         "host": host,
         "port": port,
-        "timeout_keep_alive": 30,
         **server_options("gateway", settings.timeouts),
     }
     if args.workers > 1:

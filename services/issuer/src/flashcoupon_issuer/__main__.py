@@ -41,7 +41,6 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         workers=args.workers,
-        backlog=4096,
         **server_options("issuer", settings.timeouts),
     )
 
