@@ -152,7 +152,7 @@ build_prometheus_locked() {
   key=$(build_key "$op/go.mod" "$op/go.sum" "$op/tools.go")
   stamp=$BIN/.built-prometheus-operator-$key
   if [ ! -f "$stamp" ]; then
-    log "building prometheus-operator, prometheus-config-reloader $PROMETHEUS_OPERATOR_VERSION (cold: ~6 min on 2 cores)"
+    log "building prometheus-operator, prometheus-config-reloader $PROMETHEUS_OPERATOR_VERSION (cold: ~2 min on 2 cores)"
     local ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}"
     (cd "$op" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 "$go" build -trimpath -ldflags "$ldflags" \
       -o "$BIN/prometheus-operator" github.com/prometheus-operator/prometheus-operator/cmd/operator)
@@ -172,7 +172,7 @@ build_prometheus_locked() {
   key=$(build_key "$prom/go.mod" "$prom/go.sum" "$prom/tools.go" "$prom/plugins.go")
   stamp=$BIN/.built-prometheus-$key
   if [ ! -f "$stamp" ]; then
-    log "building prometheus $PROMETHEUS_VERSION (kubernetes discovery only, no UI assets; cold: ~5 min on 2 cores)"
+    log "building prometheus $PROMETHEUS_VERSION (kubernetes discovery only, no UI assets; cold: ~1 min on 2 cores)"
     # The module's plugins/plugins.go links every service discovery, each with its cloud SDK,
     # and v0.42.0 has no build tags to leave them out (later releases do). The build runs on a
     # copy of the wrapper module whose prometheus is replaced by a copy of the module with our
