@@ -3,8 +3,9 @@
 The `release` fixture runs `scripts/k8s-deploy.sh up` once per session — the cluster from real
 components (built once, cached under .cache/k8s), the four images and the Prometheus one
 (podman, imported into containerd), the stores on the node address, `helm upgrade --install
---wait`, the dev Prometheus — all idempotent, so a warm run only checks that everything is there. Nothing is skipped for being absent.
-Each test uses its own CouponEvent names, so the tests share the release.
+--wait`, the dev Prometheus — all idempotent, so a warm run only checks that everything is
+there. Nothing is skipped for being absent. Each test uses its own CouponEvent names, so the
+tests share the release.
 """
 
 from __future__ import annotations
