@@ -181,7 +181,9 @@ build_prometheus_locked() {
     local work=$CACHE_DIR/k8s/prometheus-build mod
     rm -rf "$work"; mkdir -p "$work"
     cp "$prom/go.mod" "$prom/go.sum" "$prom/tools.go" "$work/"
-    mod=$(cd "$work" && "$go" mod download -json github.com/prometheus/prometheus | jq -r .Dir)
+    # (No jq here: `make test` runs `build` before `install` has put it on a fresh machine.)
+    mod=$(cd "$work" && "$go" mod download github.com/prometheus/prometheus \
+      && "$go" list -m -f '{{.Dir}}' github.com/prometheus/prometheus)
     cp -r "$mod" "$work/prometheus"
     chmod -R u+w "$work/prometheus"
     cp "$prom/plugins.go" "$work/prometheus/plugins/plugins.go"
