@@ -191,7 +191,7 @@ k8s-reset: ## stop the dev cluster and its stores, wipe their state (certificate
 	scripts/k8s-deploy.sh stores-down
 	scripts/k8s.sh reset
 
-k8s-images: ## build the four images with podman (base from debootstrap) and import them into the cluster
+k8s-images: ## build the four images and the dev Prometheus image with podman (base from debootstrap), import them into the cluster
 	scripts/k8s-images.sh build
 
 k8s-deploy: install ## the chart with helm upgrade --install --wait, against a stack pods can reach

@@ -2,8 +2,10 @@
 # The chart on the dev cluster, the production shape: the services in pods, the data stores
 # outside the cluster as "managed" endpoints given through values (docs/deploy.md).
 #
-#   scripts/k8s-deploy.sh up       cluster + images (idempotent), the stores, helm upgrade --install --wait
-#   scripts/k8s-deploy.sh env      FLASHCOUPON_* for host-side tools (demo, tests) + KUBECONFIG, GATEWAY_URL
+#   scripts/k8s-deploy.sh up       cluster + images (idempotent), the stores, helm upgrade --install --wait,
+#                                  the dev Prometheus (k8s/dev/prometheus.yaml)
+#   scripts/k8s-deploy.sh env      FLASHCOUPON_* for host-side tools (demo, tests) + KUBECONFIG,
+#                                  GATEWAY_URL, PROMETHEUS_URL
 #   scripts/k8s-deploy.sh down     helm uninstall, then stop the cluster's stores
 #   scripts/k8s-deploy.sh stores-down   only stop the cluster's stores (make k8s-down)
 #
@@ -19,6 +21,7 @@ K8S_DIR=${FLASHCOUPON_K8S_DIR:-$ROOT/.stack/k8s}
 RELEASE=${K8S_RELEASE:-flashcoupon}
 NAMESPACE=${K8S_NAMESPACE:-flashcoupon}
 NODE_PORT=30080
+PROMETHEUS_NODE_PORT=30090
 HELM=$CACHE_DIR/bin/helm
 
 eval "$("$ROOT/scripts/k8s.sh" env | sed 's/^/export /')"
@@ -56,6 +59,7 @@ cmd_env() {
   echo "K8S_NAMESPACE=$NAMESPACE"
   echo "K8S_RELEASE=$RELEASE"
   echo "GATEWAY_URL=http://127.0.0.1:$NODE_PORT"
+  echo "PROMETHEUS_URL=http://127.0.0.1:$PROMETHEUS_NODE_PORT"
 }
 
 cmd_up() {
@@ -86,8 +90,26 @@ cmd_up() {
     [ $SECONDS -lt $deadline ] || die "the gateway does not answer on 127.0.0.1:$NODE_PORT/readyz"
     sleep 0.5
   done
+  up_prometheus
   kc -n "$NAMESPACE" get pods -o wide
-  log "deployed in $((SECONDS - t0))s; gateway at http://127.0.0.1:$NODE_PORT"
+  log "deployed in $((SECONDS - t0))s; gateway at http://127.0.0.1:$NODE_PORT," \
+    "Prometheus at http://127.0.0.1:$PROMETHEUS_NODE_PORT"
+}
+
+# The dev Prometheus (docs/deploy.md, "Prometheus in the dev cluster"): the operator makes its
+# StatefulSet; ready once it answers on the NodePort.
+up_prometheus() {
+  local t=$SECONDS
+  kc apply -f "$ROOT/k8s/dev/prometheus.yaml" >/dev/null
+  local deadline=$((SECONDS + 180))
+  until curl -sf "http://127.0.0.1:$PROMETHEUS_NODE_PORT/-/ready" >/dev/null; do
+    if [ $SECONDS -ge $deadline ]; then
+      kc -n monitoring get prometheus,statefulsets,pods -o wide >&2 || true
+      die "Prometheus does not answer on 127.0.0.1:$PROMETHEUS_NODE_PORT/-/ready"
+    fi
+    sleep 1
+  done
+  log "Prometheus ready in $((SECONDS - t))s"
 }
 
 cmd_down() {

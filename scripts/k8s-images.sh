@@ -16,6 +16,10 @@
 #   scripts/k8s-images.sh build [SERVICE...]   base (once), then the images; prints the tag
 #   scripts/k8s-images.sh tag                  the tag the current tree builds
 #
+# `prometheus` (in the default list) is the dev cluster's Prometheus pod: the Go-built binaries
+# of .cache/k8s/bin (scripts/k8s.sh build) on the same base, tagged with the Prometheus version
+# the Prometheus Operator asks for (docs/deploy.md, "Prometheus in the dev cluster").
+#
 # Podman keeps its own configuration and storage under .cache/k8s/podman (layers are reused
 # between runs), never the system's.
 set -euo pipefail
@@ -29,7 +33,7 @@ BASE_IMAGE=localhost/flashcoupon/python:3.11-bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CA_BUNDLE=${FLASHCOUPON_BUILD_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 CONTAINERD_SOCK=$K8S_DIR/containerd/containerd.sock
-SERVICES=(gateway issuer persister operator)
+SERVICES=(gateway issuer persister operator prometheus)
 
 log() { printf '[k8s-images %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[k8s-images] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -38,6 +42,7 @@ dockerfile() {
   case "$1" in
     operator) echo operator/Dockerfile ;;
     gateway | issuer | persister) echo "services/$1/Dockerfile" ;;
+    prometheus) echo k8s/tools/prometheus/Containerfile ;;
     *) die "unknown image $1 (one of ${SERVICES[*]})" ;;
   esac
 }
@@ -106,8 +111,48 @@ ctr_k8s() { ctr --address "$CONTAINERD_SOCK" -n k8s.io "$@"; }
 # The listing first, then grep: `ctr | grep -q` fails under pipefail when grep exits early.
 in_containerd() { local refs; refs=$(ctr_k8s images ls -q); grep -qx "$1" <<<"$refs"; }
 
+import_into_containerd() { # ref base-name
+  local ref=$1 archive=$PODMAN_DIR/tmp/import.tar
+  rm -f "$archive"
+  podman save -q --format oci-archive -o "$archive" "$ref"
+  ctr_k8s images import --base-name "$2" "$archive" >/dev/null
+  rm -f "$archive"
+  in_containerd "$ref" || die "$ref is not in containerd after the import"
+  log "$ref imported into containerd (k8s.io)"
+}
+
+# The version tag stays while the binaries may be rebuilt (new go.sum), so the image carries
+# their digest as a label and is rebuilt, and imported again, when it differs.
+build_prometheus() {
+  local bin=$CACHE_DIR/k8s/bin ref t0=$SECONDS digest context
+  ref=$(sed -n 's/^K8S_PROMETHEUS_IMAGE=//p' <<<"$("$ROOT/scripts/k8s.sh" env)")
+  [ -x "$bin/prometheus" ] && [ -x "$bin/prometheus-config-reloader" ] \
+    || die "no prometheus binaries in $bin: run scripts/k8s.sh build"
+  digest=$(cat "$bin/prometheus" "$bin/prometheus-config-reloader" | sha256sum | cut -c1-16)
+  local built=""
+  if [ "$(podman image inspect --format '{{index .Labels "io.flashcoupon.binaries"}}' "$ref" 2>/dev/null)" != "$digest" ]; then
+    log "podman build $(dockerfile prometheus) → $ref"
+    context=$PODMAN_DIR/tmp/prometheus-context
+    rm -rf "$context"; mkdir -p "$context"
+    cp "$bin/prometheus" "$bin/prometheus-config-reloader" "$context/"
+    podman build --network none --pull=never --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+      --label "io.flashcoupon.binaries=$digest" -f "$ROOT/$(dockerfile prometheus)" -t "$ref" \
+      "$context" >"$PODMAN_DIR/build-prometheus.log" 2>&1 \
+      || { tail -30 "$PODMAN_DIR/build-prometheus.log"; die "building prometheus failed"; }
+    rm -rf "$context"
+    built=1
+    log "prometheus built in $((SECONDS - t0))s"
+  fi
+  if [ -S "$CONTAINERD_SOCK" ]; then
+    if [ -n "$built" ] || ! in_containerd "$ref"; then import_into_containerd "$ref" "${ref%:*}"; fi
+  else
+    log "no dev cluster running ($CONTAINERD_SOCK): $ref stays in podman's storage"
+  fi
+}
+
 build_one() { # service tag
-  local svc=$1 tag=$2 ref t0=$SECONDS archive
+  local svc=$1 tag=$2 ref t0=$SECONDS
+  [ "$svc" = prometheus ] && { build_prometheus; return; }
   ref=localhost/flashcoupon-$svc:$tag
   if ! podman image exists "$ref"; then
     log "podman build $(dockerfile "$svc") → $ref"
@@ -119,15 +164,7 @@ build_one() { # service tag
     log "$svc built in $((SECONDS - t0))s"
   fi
   if [ -S "$CONTAINERD_SOCK" ]; then
-    if ! in_containerd "$ref"; then
-      archive=$PODMAN_DIR/tmp/$svc.tar
-      rm -f "$archive"
-      podman save -q --format oci-archive -o "$archive" "$ref"
-      ctr_k8s images import --base-name "localhost/flashcoupon-$svc" "$archive" >/dev/null
-      rm -f "$archive"
-      in_containerd "$ref" || die "$ref is not in containerd after the import"
-      log "$ref imported into containerd (k8s.io)"
-    fi
+    in_containerd "$ref" || import_into_containerd "$ref" "localhost/flashcoupon-$svc"
   else
     log "no dev cluster running ($CONTAINERD_SOCK): $ref stays in podman's storage"
   fi

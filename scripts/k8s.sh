@@ -2,7 +2,9 @@
 # The dev cluster: a single-node Kubernetes 1.31 from real components, started by the project
 # (docs/deploy.md, "The dev cluster"). No Docker engine, no registry: the control plane and
 # kubelet are built from the k8s.io/kubernetes module (k8s/tools/apiserver), CoreDNS from its
-# own module (k8s/tools/coredns), etcd, containerd, runc and the CNI plugins are Debian's.
+# own module (k8s/tools/coredns), the Prometheus Operator and Prometheus from theirs
+# (k8s/tools/prometheus-operator, k8s/tools/prometheus); etcd, containerd, runc and the CNI
+# plugins are Debian's.
 #
 #   scripts/k8s.sh install   apt packages + Go builds (binaries cached under .cache/k8s/bin)
 #   scripts/k8s.sh build     the Go builds only (idempotent; `make test` runs it in the background)
@@ -46,6 +48,13 @@ DNS_HEALTH_PORT=${K8S_DNS_HEALTH_PORT:-11280}
 DNS_READY_PORT=${K8S_DNS_READY_PORT:-11281}
 CONTAINERD_SOCK=$K8S_DIR/containerd/containerd.sock
 PAUSE_IMAGE=localhost/flashcoupon/pause:3.10
+PROMETHEUS_OPERATOR_VERSION=v0.85.0 # k8s/tools/prometheus-operator/go.mod
+PROMETHEUS_VERSION=v2.42.0          # k8s/tools/prometheus/go.mod: module v0.42.0
+# The Prometheus pod's image (scripts/k8s-images.sh): the operator names it
+# <base>:<spec.version of the Prometheus object>, k8s/dev/prometheus.yaml asks for v2.42.0.
+PROMETHEUS_IMAGE_BASE=localhost/flashcoupon/prometheus
+PROM_OPERATOR_PORT=${K8S_PROM_OPERATOR_PORT:-11290}
+PROM_OPERATOR_CRDS=$CACHE_DIR/k8s/prometheus-operator-crd
 KUBECONFIG_ADMIN=$K8S_DIR/admin.kubeconfig
 
 log() { printf '[k8s %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -99,17 +108,21 @@ build_components() {
   exec 9>"$CACHE_DIR/k8s/build.lock"
   flock -n 9 || { log "another process is building the components; waiting for it"; flock 9; }
   build_components_locked
+  build_prometheus_locked
   exec 9>&- # released before anything long-lived starts (it would inherit the descriptor)
 }
+
+# A digest of a Go build's inputs: each build is skipped while its stamp for that digest exists.
+build_key() { cat "$@" | sha256sum | cut -c1-16; }
 
 # One `go build` for every main of the module, so they share one compile of k8s.io/kubernetes.
 # The version is stamped the way the release build does, so the API server reports v1.31.x
 # (helm's kubeVersion checks and `kubectl version` read it), not v0.0.0-master.
 build_components_locked() {
   local src=$ROOT/k8s/tools/apiserver stamp key
-  key=$(cat "$src/go.mod" "$src/go.sum" "$src"/cmd/*/main.go "$src"/pause/main.go \
-    "$ROOT/k8s/tools/coredns/go.mod" "$ROOT/k8s/tools/coredns/main.go" | sha256sum | cut -c1-16)
-  stamp=$BIN/.built-$key
+  key=$(build_key "$src/go.mod" "$src/go.sum" "$src"/cmd/*/main.go "$src"/pause/main.go \
+    "$ROOT/k8s/tools/coredns/go.mod" "$ROOT/k8s/tools/coredns/main.go")
+  stamp=$BIN/.built-k8s-$key
   [ -f "$stamp" ] && return
   local t0=$SECONDS go ldflags
   go=$(find_go)
@@ -123,9 +136,67 @@ build_components_locked() {
   (cd "$src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 "$go" build -trimpath -ldflags "-s -w" -o "$BIN/pause" ./pause)
   log "building coredns"
   (cd "$ROOT/k8s/tools/coredns" && GOFLAGS=-buildvcs=false nice -n 10 "$go" build -trimpath -ldflags "-s -w" -o "$BIN/coredns" .)
-  rm -f "$BIN"/.built-*
+  rm -f "$BIN"/.built-k8s-*
   touch "$stamp"
   log "components built in $((SECONDS - t0))s"
+}
+
+# The dev cluster's Prometheus (docs/deploy.md, "Prometheus in the dev cluster"): the Prometheus
+# Operator and its config-reloader from the operator's module, the Prometheus server from its
+# own (their dependency graphs differ by years). Static binaries: the reloader and the server
+# go into the Prometheus image (scripts/k8s-images.sh), whose base is not what they were built on.
+build_prometheus_locked() {
+  local op=$ROOT/k8s/tools/prometheus-operator prom=$ROOT/k8s/tools/prometheus key stamp go t0=$SECONDS
+  go=$(find_go)
+  mkdir -p "$BIN"
+  key=$(build_key "$op/go.mod" "$op/go.sum" "$op/tools.go")
+  stamp=$BIN/.built-prometheus-operator-$key
+  if [ ! -f "$stamp" ]; then
+    log "building prometheus-operator, prometheus-config-reloader $PROMETHEUS_OPERATOR_VERSION (cold: ~2 min on 2 cores)"
+    local ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}"
+    (cd "$op" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 "$go" build -trimpath -ldflags "$ldflags" \
+      -o "$BIN/prometheus-operator" github.com/prometheus-operator/prometheus-operator/cmd/operator)
+    (cd "$op" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 "$go" build -trimpath -ldflags "$ldflags" \
+      -o "$BIN/prometheus-config-reloader" github.com/prometheus-operator/prometheus-operator/cmd/prometheus-config-reloader)
+    # Its CRDs (monitoring.coreos.com), kept with the binary: `up` applies them without Go.
+    local mod
+    mod=$(cd "$op" && "$go" list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator)
+    rm -rf "$PROM_OPERATOR_CRDS"
+    cp -r "$mod/example/prometheus-operator-crd" "$PROM_OPERATOR_CRDS"
+    chmod -R u+w "$PROM_OPERATOR_CRDS"
+    rm -f "$BIN"/.built-prometheus-operator-*
+    touch "$stamp"
+    log "prometheus-operator built in $((SECONDS - t0))s"
+  fi
+  t0=$SECONDS
+  key=$(build_key "$prom/go.mod" "$prom/go.sum" "$prom/tools.go" "$prom/plugins.go")
+  stamp=$BIN/.built-prometheus-$key
+  if [ ! -f "$stamp" ]; then
+    log "building prometheus $PROMETHEUS_VERSION (kubernetes discovery only, no UI assets; cold: ~1 min on 2 cores)"
+    # The module's plugins/plugins.go links every service discovery, each with its cloud SDK,
+    # and v0.42.0 has no build tags to leave them out (later releases do). The build runs on a
+    # copy of the wrapper module whose prometheus is replaced by a copy of the module with our
+    # plugins.go (kubernetes only) in place of that file: `go build -overlay` refuses files
+    # under GOMODCACHE.
+    local work=$CACHE_DIR/k8s/prometheus-build mod
+    rm -rf "$work"; mkdir -p "$work"
+    cp "$prom/go.mod" "$prom/go.sum" "$prom/tools.go" "$work/"
+    # (No jq here: `make test` runs `build` before `install` has put it on a fresh machine.)
+    mod=$(cd "$work" && "$go" mod download github.com/prometheus/prometheus \
+      && "$go" list -m -f '{{.Dir}}' github.com/prometheus/prometheus)
+    cp -r "$mod" "$work/prometheus"
+    chmod -R u+w "$work/prometheus"
+    cp "$prom/plugins.go" "$work/prometheus/plugins/plugins.go"
+    (cd "$work" && "$go" mod edit -replace github.com/prometheus/prometheus=./prometheus)
+    local ldflags="-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}"
+    ldflags+=" -X github.com/prometheus/common/version.Branch=HEAD"
+    (cd "$work" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 "$go" build -trimpath \
+      -ldflags "$ldflags" -o "$BIN/prometheus" github.com/prometheus/prometheus/cmd/prometheus)
+    rm -rf "$work"
+    rm -f "$BIN"/.built-prometheus-[0-9a-f]*
+    touch "$stamp"
+    log "prometheus built in $((SECONDS - t0))s"
+  fi
 }
 
 cmd_install() {
@@ -470,6 +541,28 @@ EOF
     || die "coredns is not ready; see $LOG_DIR/coredns.log"
 }
 
+# The Prometheus Operator on the node, like the control plane (docs/deploy.md, "Prometheus in
+# the dev cluster"), with the admin credentials: it turns Prometheus, ServiceMonitor and
+# PrometheusRule objects into a Prometheus StatefulSet and its configuration. Its CRDs are
+# applied server-side: the Prometheus one exceeds the 256 KiB last-applied annotation that a
+# client-side apply writes.
+start_prometheus_operator() {
+  kc apply --server-side --force-conflicts -f "$PROM_OPERATOR_CRDS" >/dev/null
+  wait_for 60 "monitoring.coreos.com CRDs" kc wait --for condition=Established --timeout 5s \
+    crd/prometheuses.monitoring.coreos.com crd/servicemonitors.monitoring.coreos.com \
+    crd/prometheusrules.monitoring.coreos.com || die "the monitoring.coreos.com CRDs are not established"
+  start prometheus-operator "$BIN/prometheus-operator" \
+    --apiserver "https://$NODE_IP:$API_PORT" --ca-file "$PKI/ca.crt" \
+    --cert-file "$PKI/admin.crt" --key-file "$PKI/admin.key" \
+    --web.listen-address "127.0.0.1:$PROM_OPERATOR_PORT" \
+    --prometheus-default-base-image "$PROMETHEUS_IMAGE_BASE" \
+    --prometheus-config-reloader "$PROMETHEUS_IMAGE_BASE:$PROMETHEUS_VERSION" \
+    --cluster-domain cluster.local
+  wait_for 60 "prometheus-operator 127.0.0.1:$PROM_OPERATOR_PORT" \
+    curl -sf "http://127.0.0.1:$PROM_OPERATOR_PORT/healthz" \
+    || die "prometheus-operator is not healthy; see $LOG_DIR/prometheus-operator.log"
+}
+
 apply_bootstrap_rbac() {
   kc apply -f - >/dev/null <<'EOF'
 apiVersion: rbac.authorization.k8s.io/v1
@@ -515,13 +608,15 @@ cmd_up() {
   start_kubelet
   start_proxy
   start_coredns
+  start_prometheus_operator
   wait_for 120 "node $NODE_NAME" node_ready || die "node $NODE_NAME is not Ready; see $LOG_DIR/kubelet.log"
   log "cluster up in $((SECONDS - t0))s — export KUBECONFIG=$KUBECONFIG_ADMIN"
 }
 
 # ---------------------------------------------------------------- status / down
 
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns
+  prometheus-operator)
 
 cmd_status() {
   local bad=0 name
@@ -580,6 +675,8 @@ stop_pods() {
 
 cmd_down() {
   local name
+  # First: left running, it would recreate the Prometheus StatefulSet's pods as they stop.
+  stop_pid "$PID_DIR/prometheus-operator.pid" prometheus-operator
   stop_pid "$PID_DIR/kubelet.pid" kubelet
   stop_pods
   for name in coredns kube-proxy containerd kube-scheduler kube-controller-manager kube-apiserver etcd; do
@@ -609,6 +706,7 @@ case "${1:-}" in
     echo "K8S_BIN=$BIN"
     echo "K8S_NODE_IP=$NODE_IP"
     echo "K8S_CONTAINERD_SOCK=$CONTAINERD_SOCK"
+    echo "K8S_PROMETHEUS_IMAGE=$PROMETHEUS_IMAGE_BASE:$PROMETHEUS_VERSION"
     ;;
   *) echo "usage: $0 install|build|up|status|down|reset|env" >&2; exit 2 ;;
 esac

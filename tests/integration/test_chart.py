@@ -177,6 +177,11 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
     return obj["spec"]["template"]["spec"]
 
 
+def container_port(container: dict[str, Any], name: str) -> dict[str, Any]:
+    (port,) = [p for p in container["ports"] if p["name"] == name]
+    return port
+
+
 def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
@@ -228,7 +233,7 @@ def test_default_values_render_the_core_objects(default: Rendered) -> None:
         "Secret": 1,
         "ServiceAccount": 6,
         "Deployment": 6,
-        "Service": 5,
+        "Service": 6,
         "PodDisruptionBudget": 5,
         "ClusterRole": 1,
         "ClusterRoleBinding": 1,
@@ -271,7 +276,7 @@ async def test_settings_parse_and_probes_hit_routes_the_services_serve(rendered:
         (container,) = pod_spec(deployment)["containers"]
         command = container["command"][0]
         env = rendered.container_env(container)
-        (port,) = container["ports"]
+        port = container_port(container, "http")
         probes = [container.get(p) for p in ("livenessProbe", "readinessProbe", "startupProbe")]
         probes = [p["httpGet"] for p in probes if p]
         assert probes and all(p["port"] == port["name"] for p in probes), component
@@ -350,8 +355,25 @@ def test_services_select_their_own_pods_on_the_http_port(rendered: Rendered) -> 
             selects(service["spec"]["selector"], d["spec"]["template"]["metadata"]["labels"])
             for d in others
         )
-        (port,) = pod["spec"]["containers"][0]["ports"]
-        assert service["spec"]["ports"][0]["targetPort"] == port["name"]
+        (port,) = service["spec"]["ports"]
+        (container,) = pod["spec"]["containers"]
+        assert port["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+def test_the_operator_service_leads_to_its_metrics_server(rendered: Rendered) -> None:
+    # The ServiceMonitor scrapes every Service's `http` port; on the operator's Service that
+    # port must reach prometheus_client's server, not kopf's liveness endpoint.
+    operator = rendered.deployments()["operator"]
+    (container,) = pod_spec(operator)["containers"]
+    env = rendered.container_env(container)
+    settings = load("flashcoupon_operator.__main__:OperatorSettings").from_env(env)
+    metrics = container_port(container, "metrics")
+    assert settings.metrics_port == metrics["containerPort"] != 0
+    assert urlsplit(settings.liveness).port != metrics["containerPort"]
+    service = rendered.one("Service", "operator")
+    (port,) = service["spec"]["ports"]
+    assert (port["name"], port["targetPort"]) == ("http", "metrics")
+    assert selects(service["spec"]["selector"], operator["spec"]["template"]["metadata"]["labels"])
 
 
 def test_pods_are_hardened(rendered: Rendered) -> None:
@@ -462,7 +484,7 @@ def test_service_monitor_scrapes_every_service_once(
         chosen = selects(selector["matchLabels"], labels) and excluded["key"] not in labels
         assert chosen == (service in rendered.services()), service["metadata"]["name"]
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert len(rendered.services()) == 5
+    assert len(rendered.services()) == 6
 
 
 def exported_metrics() -> set[str]:

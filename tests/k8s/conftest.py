@@ -1,10 +1,11 @@
 """The k8s tier: the product on a real single-node Kubernetes (docs/deploy.md, "The dev cluster").
 
 The `release` fixture runs `scripts/k8s-deploy.sh up` once per session — the cluster from real
-components (built once, cached under .cache/k8s), the four images (podman, imported into
-containerd), the stores on the node address, `helm upgrade --install --wait` — all idempotent,
-so a warm run only checks that everything is there. Nothing is skipped for being absent.
-Each test uses its own CouponEvent names, so the tests share the release.
+components (built once, cached under .cache/k8s), the four images and the Prometheus one
+(podman, imported into containerd), the stores on the node address, `helm upgrade --install
+--wait`, the dev Prometheus — all idempotent, so a warm run only checks that everything is
+there. Nothing is skipped for being absent. Each test uses its own CouponEvent names, so the
+tests share the release.
 """
 
 from __future__ import annotations

@@ -69,6 +69,8 @@ The components: the image each runs, its command (a console script of the worksp
 module), the port it serves (health, readiness, metrics), the data stores it needs and its
 fixed environment. Values under .Values.<values> tune each one.
   http: serves /healthz, /readyz and /metrics on `port` (gets a Service, readiness, scraping)
+  metricsPort: serves /metrics on a port of its own, container port `metrics` (gets a Service
+    whose `http` port, the one the ServiceMonitor scrapes, leads there)
   job: runs to completion (the migration Job), not a Deployment
 */}}
 {{- define "flashcoupon.components" -}}
@@ -135,12 +137,15 @@ wallet:
 operator:
   image: operator
   command: [python, -m, flashcoupon_operator]
-  # kopf's liveness endpoint, the only thing it serves.
+  # kopf's liveness endpoint, the only thing kopf serves.
   port: 8085
+  # prometheus_client's /metrics server, apart from kopf's (flashcoupon_operator.__main__).
+  metricsPort: 8086
   needs: [redis, mysql]
   serviceAccountToken: true
   env:
     FLASHCOUPON_OPERATOR_LIVENESS: http://0.0.0.0:8085/healthz
+    FLASHCOUPON_OPERATOR_METRICS_PORT: "8086"
     FLASHCOUPON_OPERATOR_NAMESPACE: {{ .Values.operator.watchNamespace | quote }}
     FLASHCOUPON_OPERATOR_REFRESH_SECONDS: {{ .Values.operator.refreshSeconds | quote }}
 migrations:
@@ -258,6 +263,11 @@ spec:
         - name: http
           containerPort: {{ $c.port }}
           protocol: TCP
+        {{- with $c.metricsPort }}
+        - name: metrics
+          containerPort: {{ . }}
+          protocol: TCP
+        {{- end }}
       livenessProbe:
         httpGet: {path: /healthz, port: http}
         periodSeconds: 10

@@ -36,6 +36,11 @@ class Release:
     def gateway_url(self) -> str:
         return self.env["GATEWAY_URL"]
 
+    @property
+    def prometheus_url(self) -> str:
+        """The dev cluster's Prometheus (k8s/dev/prometheus.yaml) on its NodePort."""
+        return self.env["PROMETHEUS_URL"]
+
     def kubectl(
         self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
