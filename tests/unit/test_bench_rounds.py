@@ -72,3 +72,31 @@ def test_revisions_interleave_before_and_after_per_path() -> None:
     assert wanted["gateway after/before"] == Ratio("after:gateway", "before:gateway")
     assert wanted["before: gateway/hello"] == Ratio("before:gateway", "hello")
     assert set(wanted) == {"gateway after/before", "before: gateway/hello", "after: gateway/hello"}
+
+
+def test_publish_writes_the_report_and_prints_the_table(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+    import json
+    from pathlib import Path
+
+    from flashcoupon_loadtest import benchkit
+
+    monkeypatch.setattr(benchkit, "RESULTS", Path(str(tmp_path)))
+    report = benchkit.publish(
+        "demo-paths",
+        argparse.Namespace(users=10),
+        {"hello": [m(1000, 30)], "gateway": [m(600, 100)]},
+        {"gateway/hello": Ratio("gateway", "hello", 0.5)},
+        {"hello": "gateway", "gateway": "gateway"},
+        heading=["before = x"],
+        named={"throughput_ratio": "gateway/hello"},
+        before={"sha": "abc"},
+    )
+    written = json.loads((Path(str(tmp_path)) / "bench-demo-paths.json").read_text())
+    assert written == report
+    assert written["throughput_ratio"] == 0.6 and written["before"] == {"sha": "abc"}
+    assert written["config"] == {"users": 10} and set(written["paths"]) == {"hello", "gateway"}
+    out = capsys.readouterr().out
+    assert "before = x" in out and "gateway/hello" in out and "(target >= 0.50: met)" in out

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -46,15 +45,11 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 
 from flashcoupon_loadtest import driver
-from flashcoupon_loadtest.benchkit import HELLO_APP, LOGS, RESULTS, measure, serve, stop_all
+from flashcoupon_loadtest.benchkit import HELLO_APP, LOGS, measure, publish, serve, stop_all
 from flashcoupon_loadtest.localrun import free_port, stack_env, wait_ready
 from flashcoupon_loadtest.rounds import (
     Ratio,
-    ratio_lines,
-    ratios,
     round_orders,
-    sides,
-    table_lines,
 )
 from flashcoupon_loadtest.scenarios import Burst
 from flashcoupon_loadtest.tokens import DEMO_SECRET
@@ -314,27 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all(p.proc for p in procs.values())
 
-    measured = sides(rounds)
-    computed = ratios(measured, RATIOS)
-    report = {
-        "benchmark": "gateway",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
-        "config": vars(args),
-        "paths": measured,
-        "ratios": computed,
+    publish(
+        "gateway",
+        args,
+        rounds,
+        RATIOS,
+        {name: paths[name].process for name in paths},
         # The figure earlier reports named so (docs/gateway.md): gateway / issuer-direct.
-        "throughput_ratio": computed.get("gateway/issuer-direct", {}).get("value"),
-        "rounds": rounds,
-    }
-    out = RESULTS / "bench-gateway.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print()
-    print("\n".join(table_lines(measured, {name: paths[name].process for name in paths})))
-    print("ratios (req/s, medians of the rounds, same run):")
-    print("\n".join(ratio_lines(computed)))
-    print(f"written to {out}")
+        named={"throughput_ratio": "gateway/issuer-direct"},
+    )
     return 0
 
 

@@ -17,12 +17,10 @@ ratio comes from one run on one machine. Writes loadtest/results/bench-revisions
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 from flashcoupon_loadtest import driver
@@ -35,9 +33,9 @@ from flashcoupon_loadtest.bench_gateway import (
     start_hello,
     start_services,
 )
-from flashcoupon_loadtest.benchkit import RESULTS, stop_all
+from flashcoupon_loadtest.benchkit import publish, stop_all
 from flashcoupon_loadtest.localrun import ROOT, stack_env
-from flashcoupon_loadtest.rounds import Ratio, ratio_lines, ratios, sides, table_lines
+from flashcoupon_loadtest.rounds import Ratio
 
 CHECKOUTS = ROOT / ".cache" / "bench-revisions"
 KINDS = ("issuer", "gateway", "soldout", "unbatched")
@@ -124,36 +122,24 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all(s.proc for s in started.values())
 
-    measured = sides(rounds)
-    computed = ratios(measured, revision_ratios(kinds))
     before_sha, after_sha = (
         _git("rev-parse", f"{args.before}^{{commit}}"),
         _git("rev-parse", "HEAD"),
     )
     dirty = bool(_git("status", "--short", "--untracked-files=no"))
-    report = {
-        "benchmark": "revisions",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "before": {"rev": args.before, "sha": before_sha},
-        "after": {"sha": after_sha, "uncommitted_changes": dirty},
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
-        "config": vars(args),
-        "paths": measured,
-        "ratios": computed,
-        "rounds": rounds,
-    }
-    out = RESULTS / "bench-revisions.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print()
-    print(
-        f"before = {args.before} ({before_sha[:12]}), after = this tree ({after_sha[:12]}"
-        f"{', with uncommitted changes' if dirty else ''})"
+    publish(
+        "revisions",
+        args,
+        rounds,
+        revision_ratios(kinds),
+        {name: p.process for name, p in paths.items()},
+        heading=[
+            f"before = {args.before} ({before_sha[:12]}), after = this tree ({after_sha[:12]}"
+            f"{', with uncommitted changes' if dirty else ''})"
+        ],
+        before={"rev": args.before, "sha": before_sha},
+        after={"sha": after_sha, "uncommitted_changes": dirty},
     )
-    print("\n".join(table_lines(measured, {name: p.process for name, p in paths.items()})))
-    print("ratios (req/s, medians of the rounds, same run):")
-    print("\n".join(ratio_lines(computed)))
-    print(f"written to {out}")
     return 0
 
 

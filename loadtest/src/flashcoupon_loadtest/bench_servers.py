@@ -19,16 +19,13 @@ granian/uvicorn per app. Writes loadtest/results/bench-servers.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-from datetime import UTC, datetime
 
 from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.bench_gateway import Kind, PathSpec, Started, run_paths
-from flashcoupon_loadtest.benchkit import HELLO_APP, RESULTS, serve, stop_all
+from flashcoupon_loadtest.benchkit import HELLO_APP, publish, serve, stop_all
 from flashcoupon_loadtest.localrun import free_port, stack_env
-from flashcoupon_loadtest.rounds import Ratio, ratio_lines, ratios, sides, table_lines
+from flashcoupon_loadtest.rounds import Ratio
 from flashcoupon_loadtest.serve import SERVERS, Server
 from flashcoupon_loadtest.tokens import DEMO_SECRET
 
@@ -94,25 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_all(s.proc for s in started.values())
 
-    measured = sides(rounds)
-    computed = ratios(measured, RATIOS)
-    report = {
-        "benchmark": "servers",
-        "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
-        "config": vars(args),
-        "paths": measured,
-        "ratios": computed,
-        "rounds": rounds,
-    }
-    out = RESULTS / "bench-servers.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print()
-    print("\n".join(table_lines(measured, {name: p.process for name, p in paths.items()})))
-    print("ratios (req/s, medians of the rounds, same run):")
-    print("\n".join(ratio_lines(computed)))
-    print(f"written to {out}")
+    publish("servers", args, rounds, RATIOS, {name: p.process for name, p in paths.items()})
     return 0
 
 

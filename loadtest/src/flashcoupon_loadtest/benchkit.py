@@ -9,6 +9,8 @@ between them because the server, the driver and the measurement are the same cod
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -22,6 +24,7 @@ from flashcoupon_common.messages import Discount
 from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.localrun import free_port, wait_ready
 from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
+from flashcoupon_loadtest.rounds import Ratio, ratio_lines, ratios, sides, table_lines
 from flashcoupon_loadtest.scenarios import Burst, GetLoop
 from flashcoupon_loadtest.serve import Server, server_command
 from flashcoupon_loadtest.stats import latency_summary, outcome_counts, throughput
@@ -181,3 +184,44 @@ def report_head(name: str, args: Any) -> dict[str, Any]:
             "server": "1 uvicorn worker, the services' options (flashcoupon_loadtest.serve)",
         },
     }
+
+
+def publish(
+    benchmark: str,
+    args: argparse.Namespace,
+    rounds: Mapping[str, Any],
+    wanted: Mapping[str, Ratio],
+    processes: Mapping[str, str],
+    *,
+    heading: Iterable[str] = (),
+    named: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A same-run comparison's end, for bench_gateway, bench_servers and bench_revisions:
+    each path's medians and the `wanted` ratios, written to loadtest/results/bench-<name>.json
+    (`extra` fields too; `named` copies a ratio's value to a top-level field) and printed as
+    the table. `processes` names the process whose CPU each path reports."""
+    measured = sides(rounds)
+    computed = ratios(measured, wanted)
+    report: dict[str, Any] = {
+        "benchmark": benchmark,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        **extra,
+        "machine": {"cpus": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2)},
+        "config": vars(args),
+        "paths": measured,
+        "ratios": computed,
+        **{key: computed.get(ratio, {}).get("value") for key, ratio in (named or {}).items()},
+        "rounds": rounds,
+    }
+    out = RESULTS / f"bench-{benchmark}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    print()
+    for line in heading:
+        print(line)
+    print("\n".join(table_lines(measured, processes)))
+    print("ratios (req/s, medians of the rounds, same run):")
+    print("\n".join(ratio_lines(computed)))
+    print(f"written to {out}")
+    return report

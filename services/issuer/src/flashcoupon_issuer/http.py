@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -141,7 +142,12 @@ class IssueEdge:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
         if path == issue_batch.BATCH_PATH and scope["type"] == "http" and scope["method"] == "POST":
-            await self._batch(scope, receive, send)
+            # Every press of a batch is run as if it had come alone, at once (their script
+            # calls share the batcher's round trips), and answered together; each press counts
+            # in the issue route's RED metrics, the batch in its own route's.
+            await self._serve(
+                self._batch_answer(scope, receive), scope, receive, send, self._batch_metrics
+            )
             return
         if (
             scope["type"] != "http"
@@ -151,31 +157,27 @@ class IssueEdge:
         ):
             await self.app(scope, receive, send)
             return
-        start = time.perf_counter()
         event_id = path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)]
-        try:
-            response = await self._issue(scope, event_id)
-        except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
-            response = await error_response(self._errors, Request(scope, receive), exc)
-        try:
-            await response(scope, receive, send)
-        finally:
-            self._metrics.record(response.status_code, start)
+        await self._serve(self._issue(scope, event_id), scope, receive, send, self._metrics)
 
-    async def _batch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """POST /internal/v1/issue-batch: every press run as if it had come alone, at once
-        (their script calls share the batcher's round trips), answered together. Each press
-        counts in the issue route's RED metrics with its own status; the batch is one request
-        of its own route."""
+    async def _serve(
+        self,
+        answer: Awaitable[Response],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        metrics: RouteMetrics,
+    ) -> None:
+        """Send `answer`'s response, or the app's for its exception; record the RED metrics."""
         start = time.perf_counter()
         try:
-            response = await self._batch_answer(scope, receive)
+            response = await answer
         except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
             response = await error_response(self._errors, Request(scope, receive), exc)
         try:
             await response(scope, receive, send)
         finally:
-            self._batch_metrics.record(response.status_code, start)
+            metrics.record(response.status_code, start)
 
     async def _batch_answer(self, scope: Scope, receive: Receive) -> Response:
         raw = await _body(receive, issue_batch.MAX_BYTES)
