@@ -34,18 +34,24 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from flashcoupon_common import event_state
-from flashcoupon_common.event_spec import AdmissionSpec, EventSpec, TierSpec
-from flashcoupon_common.messages import Discount
+from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 
 from flashcoupon_loadtest import driver
-from flashcoupon_loadtest.benchkit import HELLO_APP, LOGS, measure, publish, serve, stop_all
+from flashcoupon_loadtest.benchkit import (
+    HELLO_APP,
+    LOGS,
+    bench_spec,
+    measure,
+    publish,
+    serve,
+    stop_all,
+)
 from flashcoupon_loadtest.localrun import free_port, stack_env, wait_ready
 from flashcoupon_loadtest.rounds import (
     Ratio,
@@ -159,24 +165,12 @@ def service_paths(procs: Mapping[str, Started], prefix: str = "") -> dict[str, P
     return paths
 
 
-def bench_event(event_id: str, quantity: int) -> EventSpec:
-    now = datetime.now(UTC)
-    return EventSpec(
-        event_id=event_id,
-        title="bench-gateway",
-        quantity=quantity,
-        start_at=now - timedelta(seconds=5),
-        end_at=now + timedelta(hours=1),
-        tiers=(TierSpec("all", Discount("fixed", amount=1000), 100),),
-        # Limits that do not bind: the bench measures their cost, not their effect.
-        admission=AdmissionSpec(per_user_per_second=100, per_user_burst=100),
-    )
-
-
 async def _provision(quantity: int, tag: str) -> str:
     redis = create_redis_cluster(RedisSettings.from_env(stack_env()))
     try:
-        spec = bench_event(f"bench-gw-{tag}-{os.urandom(4).hex()}", quantity)
+        # Limits that do not bind: the bench measures their cost, not their effect.
+        admission = AdmissionSpec(per_user_per_second=100, per_user_burst=100)
+        spec = bench_spec(f"bench-gw-{tag}-{os.urandom(4).hex()}", quantity, admission)
         await event_state.provision(redis, spec)
         return spec.event_id
     finally:

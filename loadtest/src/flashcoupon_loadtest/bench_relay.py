@@ -41,6 +41,7 @@ from flashcoupon_loadtest.outbox import (
     wait_drained,
     write_outbox,
 )
+from flashcoupon_loadtest.procstat import cpu_seconds
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 N = int(os.environ.get("FLASHCOUPON_BENCH_RELAY_ENTRIES", "50000"))
@@ -107,12 +108,6 @@ async def _naive_rate(env: dict[str, str], n: int) -> float:
         await producer.stop()
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (Linux /proc): the load-independent cost."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def _process_rate(
     env: dict[str, str], redis: Any, processes: int, n: int, log: Path
 ) -> tuple[float, float]:
@@ -130,12 +125,12 @@ async def _process_rate(
         for proc, port in procs:
             url = f"http://127.0.0.1:{port}/readyz"
             await asyncio.to_thread(localrun.wait_ready, url, timeout=60, proc=proc)
-        cpu_before = sum(_cpu_seconds(p.pid) for p, _ in procs)
+        cpu_before = sum(cpu_seconds(p.pid) for p, _ in procs)
         started = time.perf_counter()
         await register(redis, event_id)
         await wait_drained(redis, event_id, within=600)
         elapsed = time.perf_counter() - started
-        cpu = sum(_cpu_seconds(p.pid) for p, _ in procs) - cpu_before
+        cpu = sum(cpu_seconds(p.pid) for p, _ in procs) - cpu_before
         assert len(set(codes_of(await read_all(bootstrap, topic)))) == n
         return n / elapsed, cpu * 1e6 / n
     finally:

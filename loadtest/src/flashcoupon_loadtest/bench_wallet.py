@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from flashcoupon_loadtest import localrun
 from flashcoupon_loadtest.bench_persister import drop_database, fresh_database
 from flashcoupon_loadtest.http1 import Connection, Target, build_request
+from flashcoupon_loadtest.procstat import cpu_seconds
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 USER = "X-Flashcoupon-User"  # the identity header the gateway sets
@@ -84,12 +85,6 @@ async def drive(target: Target, requests: list[bytes]) -> float:
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(C)))
     return len(requests) / (time.perf_counter() - started)
-
-
-def cpu_seconds(pid: int) -> float:
-    """user+system CPU of a process, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def redeem_request(target: Target, code: str, user: str, order: str) -> bytes:

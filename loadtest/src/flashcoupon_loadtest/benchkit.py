@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from flashcoupon_common.event_spec import EventSpec, TierSpec
+from flashcoupon_common.event_spec import AdmissionSpec, EventSpec, TierSpec
 from flashcoupon_common.messages import Discount
 
 from flashcoupon_loadtest import driver
@@ -34,7 +34,8 @@ LOGS = Path(__file__).resolve().parents[3] / ".stack" / "logs"
 HELLO_APP = "flashcoupon_loadtest.hello:app"
 
 
-def bench_spec(event_id: str, quantity: int) -> EventSpec:
+def bench_spec(event_id: str, quantity: int, admission: AdmissionSpec | None = None) -> EventSpec:
+    """An event open now, with two tiers; `admission` for limits other than the defaults."""
     now = datetime.now(UTC)
     return EventSpec(
         event_id=event_id,
@@ -46,6 +47,7 @@ def bench_spec(event_id: str, quantity: int) -> EventSpec:
             TierSpec("big", Discount("fixed", amount=10000), 10),
             TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
         ),
+        admission=admission or AdmissionSpec(),
     )
 
 

@@ -14,7 +14,7 @@ The sold-out lane: once an event is sold out, most presses are answered 410 by t
 or task switch exists — reading the three headers it needs from the scope — and sends a 410
 rendered once per event; anything it cannot decide at once takes the full path, which applies
 the same rules. Measured with a distinct token per shopper, this brings the gateway's sold-out
-answers to ~0.77 of a hello-world on the same server (docs/gateway.md).
+answers to ~0.86 of a hello-world on the same server (docs/gateway.md).
 With tracing on (flashcoupon_common.tracing) the route runs inside a server span, a child of
 the shopper's traceparent if any; the forwarded request carries that span's traceparent.
 """
