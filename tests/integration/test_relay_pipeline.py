@@ -90,6 +90,32 @@ async def test_every_entry_becomes_one_record_keyed_by_user(
     assert await redis_cluster.xlen(keys.outbox_key(event)) == 0  # acked AND deleted
 
 
+async def test_a_trickle_of_entries_is_relayed_in_few_batches(
+    stack, redis_cluster, event, topic
+) -> None:
+    # RELAY_GATHER_MS: after a short read the relay waits for entries to gather, so a steady
+    # trickle (a drop's issuers) goes out in a few batches, not one per entry or two.
+    gather_s = 0.25
+    relay = Relay(
+        relay_settings(stack.env(), event, topic, gather_ms=int(gather_s * 1000)), redis_cluster
+    )
+    coupons = make_coupons(event, 60)
+    async with running(relay):
+        await wait_until(lambda: event in relay.watched_events(), within=30, what="watching")
+        started = time.monotonic()
+        for c in coupons:
+            await write_outbox(redis_cluster, [c])
+            await asyncio.sleep(0.005)
+        trickle_s = time.monotonic() - started
+        await wait_until(lambda: outbox_drained(redis_cluster, event), within=60, what="drain")
+        assert metric(relay, "flashcoupon_relay_relayed_total", event=event) == 60
+        batches = metric(relay, "flashcoupon_relay_batch_size_count")
+    # One batch per gather window the trickle spanned, plus the first read and the tail.
+    assert 1 <= batches <= trickle_s / gather_s + 3, (batches, trickle_s)
+    records = await read_all(stack.kafka.bootstrap, topic)
+    assert sorted(codes_of(records)) == sorted(c.code for c in coupons)
+
+
 async def test_undecodable_entry_is_dead_lettered_and_does_not_block(
     stack, redis_cluster, event, topic
 ) -> None:

@@ -15,6 +15,7 @@ from flashcoupon_relay.policy import (
     by_partition,
     consumers_to_forget,
     entry_age_seconds,
+    gather_pause,
     plan_batch,
     should_retire,
     split_results,
@@ -188,3 +189,11 @@ def test_settings_from_env_and_validation() -> None:
         RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_BLOCK_MS": "6000"})
     with pytest.raises(SettingsError, match="CLAIM_IDLE_MS must be an integer"):
         RelaySettings.from_env({**LOCAL, "FLASHCOUPON_RELAY_CLAIM_IDLE_MS": "soon"})
+
+
+def test_a_short_read_waits_for_entries_to_gather_and_a_full_or_empty_one_does_not() -> None:
+    assert gather_pause(3, 1000, 50) == 0.05
+    assert gather_pause(999, 1000, 50) == 0.05
+    assert gather_pause(1000, 1000, 50) == 0.0  # a backlog: read again at once
+    assert gather_pause(0, 1000, 50) == 0.0  # nothing read: the blocking read already waited
+    assert gather_pause(3, 1000, 0) == 0.0  # turned off

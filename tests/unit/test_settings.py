@@ -96,6 +96,7 @@ DEFAULTS: dict[type, dict[str, Any]] = {
         "batch_size": 1000,
         "block_ms": 1000,
         "linger_ms": 5,
+        "gather_ms": 50,
         "claim_idle_ms": 30000,
         "claim_interval_ms": 5000,
         "registry_refresh_ms": 3000,
@@ -169,7 +170,8 @@ VARIABLES: dict[type, tuple[str, ...]] = {
     ),
     RelaySettings: (
         REDIS, KAFKA, "CONSUMER", "TOPIC", "DLQ_TOPIC", "BATCH_SIZE", "BLOCK_MS", "LINGER_MS",
-        "CLAIM_IDLE_MS", "CLAIM_INTERVAL_MS", "REGISTRY_REFRESH_MS", "METRICS_INTERVAL_MS",
+        "GATHER_MS", "CLAIM_IDLE_MS", "CLAIM_INTERVAL_MS", "REGISTRY_REFRESH_MS",
+        "METRICS_INTERVAL_MS",
         "DELIVERY_TIMEOUT_MS", "BACKOFF_BASE_MS", "BACKOFF_MAX_MS", "SHUTDOWN_GRACE_MS",
         "FORGET_CONSUMER_MS", "EVENTS", "HOST", "PORT", "LOG_LEVEL", "DURABILITY",
         "WAIT_TIMEOUT_MS",

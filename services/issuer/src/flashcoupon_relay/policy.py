@@ -1,6 +1,6 @@
 """The relay's decisions, as plain functions: what to send for a batch of outbox entries, which
 entries to acknowledge after Kafka answered, when to rebuild the producer, how long to back off,
-when to stop watching a stream, which dead consumers to forget.
+when to stop watching a stream, which dead consumers to forget, how long to let entries gather.
 
 The one rule everything here serves: an outbox entry is acknowledged (XACK + XDEL) only after
 Kafka acknowledged a record carrying it — the record itself, or its dead-letter copy when the
@@ -157,6 +157,19 @@ def split_results(
         else:
             done.append(item)
     return done, again, first
+
+
+def gather_pause(read: int, batch_size: int, gather_ms: int) -> float:
+    """Seconds to wait before the next read after delivering `read` entries.
+
+    A short read means the relay has caught up and the issuers are writing a trickle: reading
+    again at once would relay it a few entries at a time, and every batch costs a Kafka
+    produce, an ack, XACK/XDEL, a persister fetch and a MySQL transaction whatever its size.
+    During a drop that per-batch work took more CPU (relay, Kafka, persister together, on the
+    cores the gateways and issuers need) than the coupons themselves. Waiting gather_ms lets
+    entries gather into one batch; a full read means a backlog, read again at once.
+    """
+    return gather_ms / 1000 if 0 < read < batch_size else 0.0
 
 
 def should_retire(in_registry: bool, length: int, pending: int) -> bool:

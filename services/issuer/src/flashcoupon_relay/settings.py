@@ -43,6 +43,9 @@ class RelaySettings(FromEnv):
     batch_size: int = setting(1000, check=positive)
     block_ms: int = setting(1000, check=positive)
     linger_ms: int = setting(5, check=non_negative)
+    # After a short read, wait this long before reading again (policy.gather_pause): entries
+    # reach Kafka up to this much later, in a few large batches instead of many small ones.
+    gather_ms: int = setting(50, check=non_negative)
     claim_idle_ms: int = setting(30_000, check=positive)
     claim_interval_ms: int = setting(5_000, check=positive)
     registry_refresh_ms: int = setting(3_000, check=positive)

@@ -28,7 +28,7 @@ from redis.exceptions import ResponseError
 
 from flashcoupon_relay.delivery import GROUP, Delivery
 from flashcoupon_relay.metrics import RelayMetrics
-from flashcoupon_relay.policy import consumers_to_forget, should_retire
+from flashcoupon_relay.policy import consumers_to_forget, gather_pause, should_retire
 from flashcoupon_relay.settings import RelaySettings
 from flashcoupon_relay.shutdown import Shutdown
 
@@ -98,6 +98,9 @@ class OutboxStream:
                 entries = await self._read(">", block=True)
                 if entries:
                     await self._deliver(entries)
+                    pause = gather_pause(len(entries), s.batch_size, s.gather_ms)
+                    if pause:
+                        await self._shutdown.pause(pause)
                 elif not self._registered(event_id) and await self._drained():
                     logger.info("event %s left the registry and its outbox is empty", event_id)
                     self._metrics.forget_event(event_id)
