@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from flashcoupon_loadtest.invariants import Check
-from flashcoupon_loadtest.report import format_report, plot, write_json
+from flashcoupon_loadtest.report import fairness_lines, format_report, plot, write_json
 from flashcoupon_loadtest.stats import ISSUED, Record, summarize
 
 
@@ -50,11 +50,26 @@ def test_report_text_has_every_figure_and_verdict() -> None:
         "p99 250.0 ms",
         "NOT met",
         "sold out in   0.02 s",
+        "max/p50       run 8.3x (250.0 ms / 30.0 ms), issuing 1.0x",
+        "sold-out 8.3x (250.0 ms / 30.0 ms) (target <= 10x: met)",
         "[PASS] 1. supply",
         "[FAIL] 4. one for one",
         "- missing C9",
     ):
         assert expected in text, expected
+
+
+def test_fairness_verdict_tells_the_run_from_its_phases() -> None:
+    def f(ratio: float) -> dict[str, float]:
+        return {"p50": 10.0, "max": 10.0 * ratio, "ratio": ratio}
+
+    (line,) = fairness_lines({"run": f(13.0), "issuing": f(3.0), "sold_out": f(6.0)})
+    assert line.endswith("(target <= 10x: NOT met over the run, met within each phase)")
+    (line,) = fairness_lines({"run": f(13.0), "issuing": f(12.0), "sold_out": f(6.0)})
+    assert line.endswith("(target <= 10x: NOT met)")
+    (line,) = fairness_lines({"run": f(13.0)})
+    assert line.endswith("(target <= 10x: NOT met)")
+    assert fairness_lines(None) == []
 
 
 def test_json_is_strict_even_without_latency_samples(tmp_path: Path) -> None:

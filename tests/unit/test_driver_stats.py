@@ -8,6 +8,7 @@ import pytest
 from flashcoupon_loadtest.stats import (
     ISSUED,
     Record,
+    fairness,
     latency_summary,
     outcome_counts,
     outcomes_by_kind,
@@ -79,6 +80,19 @@ def test_sell_out_is_the_answer_that_issued_the_last_coupon() -> None:
     ]
     assert sell_out_seconds(records, 2) == pytest.approx(0.3)
     assert sell_out_seconds(records, 3) is None  # only two coupons were answered
+
+
+def test_fairness_is_max_over_median_over_the_run_and_within_each_phase() -> None:
+    # Issuing phase: presses made before the last coupon's answer (at 10.0 + 0.3).
+    issuing = [rec(10.0, 0.1, ISSUED, "a"), rec(10.0, 0.3, ISSUED, "b"), rec(10.1, 0.2, "SOLD_OUT")]
+    sold_out = [rec(10.3 + i / 100, 0.01, "SOLD_OUT", f"s{i}") for i in range(9)]
+    late = rec(10.4, 0.05, "SOLD_OUT", "late")
+    timeout = rec(10.5, 5.0, "TIMEOUT", "gone")  # unanswered: not a latency
+    fair = fairness([*issuing, *sold_out, late, timeout], sell_out_seconds(issuing, 2))
+    assert fair["run"] == pytest.approx({"p50": 10.0, "max": 300.0, "ratio": 30.0})
+    assert fair["issuing"] == pytest.approx({"p50": 200.0, "max": 300.0, "ratio": 1.5})
+    assert fair["sold_out"] == pytest.approx({"p50": 10.0, "max": 50.0, "ratio": 5.0})
+    assert set(fairness(issuing, None)) == {"run"}  # not sold out: no phases
 
 
 def test_retry_mismatch_flags_a_replay_that_lost_its_coupon() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from flashcoupon_loadtest.invariants import Check, format_checks
-from flashcoupon_loadtest.stats import Record, time_series
+from flashcoupon_loadtest.stats import FAIRNESS_TARGET, Record, time_series
 
 
 def _ms(v: float) -> str:
@@ -18,6 +18,30 @@ def _ms(v: float) -> str:
 
 def _s(v: float | None) -> str:
     return "n/a" if v is None else f"{v:,.2f} s"
+
+
+def _ratio(f: dict[str, float]) -> float:
+    """A phase's max/p50; NaN when it had no answers (None once written as strict JSON)."""
+    r = f.get("ratio")
+    return math.nan if r is None else float(r)
+
+
+def fairness_lines(fair: dict[str, dict[str, float]] | None) -> list[str]:
+    """max/p50 over the run and per phase (stats.fairness), against the 10x target."""
+    if not fair:
+        return []
+    parts = [
+        f"{name.replace('_', '-')} {_ratio(f):.1f}x ({_ms(f['max'])} / {_ms(f['p50'])})"
+        for name, f in fair.items()
+    ]
+    phases = [_ratio(f) for name, f in fair.items() if name != "run"]
+    if _ratio(fair["run"]) <= FAIRNESS_TARGET:
+        verdict = "met"
+    elif phases and all(r <= FAIRNESS_TARGET for r in phases):
+        verdict = "NOT met over the run, met within each phase"
+    else:
+        verdict = "NOT met"
+    return [f"  max/p50       {', '.join(parts)} (target <= {FAIRNESS_TARGET:.0f}x: {verdict})"]
 
 
 def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
@@ -39,6 +63,7 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"  latency       p50 {_ms(lat['p50'])}, p95 {_ms(lat['p95'])}, p99 {_ms(lat['p99'])}, "
         f"max {_ms(lat['max'])} (target p99 < 100 ms: "
         f"{'met' if isinstance(lat['p99'], float) and lat['p99'] < 100 else 'NOT met'})",
+        *fairness_lines(s.get("fairness")),
         f"  sold out in   {_s(s['sell_out_seconds'])} (first press to the last coupon's answer)",
         f"  drain time    {_s(report['drain_seconds'])} (last answer to MySQL = Redis issued: "
         f"{report['persisted']:,} / {report['redis_issued']:,}); all persisted "

@@ -89,6 +89,35 @@ def sell_out_seconds(records: Sequence[Record], quantity: int) -> float | None:
     return issued_ends[quantity - 1] - min(r.t_start for r in records)
 
 
+# Issue 13: no answer slower than 10x the median through head-of-line queueing.
+FAIRNESS_TARGET = 10.0
+
+
+def max_over_median(latencies: Iterable[float]) -> dict[str, float]:
+    """p50 and max (ms) and their ratio: how far the slowest answer trails the typical one."""
+    lat = latency_summary(latencies)
+    ratio = lat["max"] / lat["p50"] if lat["p50"] > 0 else math.nan
+    return {"p50": lat["p50"], "max": lat["max"], "ratio": ratio}
+
+
+def fairness(records: Sequence[Record], sell_out: float | None) -> dict[str, dict[str, float]]:
+    """max/p50 over the answered presses of the run, and within each phase of the drop.
+
+    A press belongs to the phase it was made in: `issuing` before the last coupon's answer
+    (`sell_out` seconds after the first press), `sold_out` after. The phases have different
+    medians (an issue crosses gateway, issuer and Redis; a sold-out answer is the gateway's
+    own), so the whole run's ratio mixes the slowest issue with the fastest 410s; within a
+    phase, a ratio far above its neighbours is what head-of-line queueing looks like.
+    """
+    answered = [r for r in records if r.status]
+    out = {"run": max_over_median(r.latency for r in answered)}
+    if answered and sell_out is not None:
+        cut = min(r.t_start for r in records) + sell_out
+        out["issuing"] = max_over_median(r.latency for r in answered if r.t_start < cut)
+        out["sold_out"] = max_over_median(r.latency for r in answered if r.t_start >= cut)
+    return out
+
+
 def retry_mismatches(records: Iterable[Record]) -> list[tuple[str, str, str]]:
     """Retries (same Idempotency-Key) whose answer contradicts a 201 the user got first.
 
@@ -156,6 +185,7 @@ def time_series(records: Sequence[Record], bucket: float = 0.1) -> list[dict[str
 def summarize(records: Sequence[Record], *, quantity: int | None = None) -> dict[str, Any]:
     """Everything a report prints about a run's answers."""
     answered = [r for r in records if r.status]
+    sell_out = None if quantity is None else sell_out_seconds(records, quantity)
     return {
         "requests": len(records),
         "answered": len(answered),
@@ -164,7 +194,8 @@ def summarize(records: Sequence[Record], *, quantity: int | None = None) -> dict
         "throughput_rps": throughput(records),
         "latency_ms": latency_summary(r.latency for r in answered),
         "issued_answers": sum(1 for r in records if r.code == ISSUED and r.kind != "retry"),
-        "sell_out_seconds": None if quantity is None else sell_out_seconds(records, quantity),
+        "sell_out_seconds": sell_out,
+        "fairness": fairness(records, sell_out),
         "retry_contradictions": len(split_retry_mismatches(retry_mismatches(records))[0]),
         "retry_stale_sold_out": len(split_retry_mismatches(retry_mismatches(records))[1]),
     }
