@@ -46,7 +46,7 @@ from flashcoupon_loadtest.drop import (
     demo_manifest,
 )
 from flashcoupon_loadtest.invariants import check_event
-from flashcoupon_loadtest.localrun import LocalServices, stack_env
+from flashcoupon_loadtest.localrun import LocalServices, batch_scheduling, stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
@@ -343,6 +343,7 @@ def _draw_dashboard(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    batch_scheduling()  # the driver and every service it starts (localrun.batch_scheduling)
     try:
         import uvloop
 

@@ -73,6 +73,25 @@ def wait_ready(
     raise TimeoutError(f"{url} not ready after {timeout:.0f}s ({last})")
 
 
+def batch_scheduling() -> bool:
+    """Put this process, and every process it starts from now on, under SCHED_BATCH.
+
+    On one shared 2-core machine the drop's ~15 processes (driver, gateways, issuers, Redis,
+    relay, Kafka, persister) hand requests to each other all the time. Under SCHED_OTHER each
+    handoff wakes the receiver, which preempts the sender mid-turn: a gateway writing a Redis
+    batch or an answer stalls until Redis or the driver yields, over and over. SCHED_BATCH
+    (no privilege needed) turns that wakeup preemption off, so each process finishes its loop
+    turn first; the local stack starts Redis the same way (scripts/stack.sh). 60,000-coupon
+    demos, five pairs taken alternately: sold out in 19.1 s instead of 22.2 (medians), every
+    pair faster. False where the platform has no SCHED_BATCH (the demo then runs as before).
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
 def stack_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The FLASHCOUPON_* variables pointing services at the stack (as `scripts/stack.sh env`)."""
     redis = RedisSettings.from_env(env)
