@@ -1,7 +1,7 @@
 """`make bench-gateway`: the gateway against the issuer direct and a hello-world, same run.
 
     uv run python -m flashcoupon_loadtest.bench_gateway [--users 20000] [--rounds 2]
-        [--paths hello,issuer,gateway,soldout,unbatched]
+        [--paths hello,issuer,gateway,soldout,unbatched] [--scheduling batch|default]
 
 Paths (each round a closed-loop burst of distinct shoppers, one press each, every shopper its
 own HS256 JWT in the gateway paths; rounds alternate the order so machine noise hits all):
@@ -22,7 +22,10 @@ they are deployed), `--processes` workers each; limits are set so they do not bi
 measures their cost, not their effect). Each round reports req/s and the CPU per request of
 every service process (/proc utime + stime). Ratios: gateway/issuer, soldout/hello,
 issuer/hello, unbatched/gateway. Writes loadtest/results/bench-gateway.json.
-bench_revisions runs these paths for two revisions in one run (`start_services`, `run_paths`).
+`--scheduling` as `make demo` (localrun.batch_scheduling): SCHED_BATCH for every process the
+bench starts (the default), or `default`, the OS's policy, which earlier figures were taken
+under. bench_revisions runs these paths for two revisions in one run (`start_services`,
+`run_paths`).
 """
 
 from __future__ import annotations
@@ -52,7 +55,13 @@ from flashcoupon_loadtest.benchkit import (
     serve,
     stop_all,
 )
-from flashcoupon_loadtest.localrun import free_port, stack_env, wait_ready
+from flashcoupon_loadtest.localrun import (
+    add_scheduling_option,
+    apply_scheduling,
+    free_port,
+    stack_env,
+    wait_ready,
+)
 from flashcoupon_loadtest.rounds import (
     Ratio,
     round_orders,
@@ -277,12 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=1, help="service processes per side")
     parser.add_argument("--drivers", type=int, default=driver.default_processes())
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset")
+    add_scheduling_option(parser)
     args = parser.parse_args(argv)
     chosen = [p for p in args.paths.split(",") if p]
     unknown = set(chosen) - set(PATHS)
     if unknown:
         parser.error(f"unknown paths {sorted(unknown)}; choose from {','.join(PATHS)}")
 
+    apply_scheduling(args.scheduling)
     env = stack_env()
     bin_dir = Path(sys.executable).parent
     procs = start_services(

@@ -46,7 +46,12 @@ from flashcoupon_loadtest.drop import (
     demo_manifest,
 )
 from flashcoupon_loadtest.invariants import check_event
-from flashcoupon_loadtest.localrun import LocalServices, batch_scheduling, stack_env
+from flashcoupon_loadtest.localrun import (
+    LocalServices,
+    add_scheduling_option,
+    apply_scheduling,
+    stack_env,
+)
 from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
@@ -113,6 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "dashboard into dashboard.png (default on; skipped when Prometheus cannot be installed)",
     )
     ap.add_argument("--mysql-url", help="check this database (default FLASHCOUPON_MYSQL_URL)")
+    add_scheduling_option(ap)
     return ap.parse_args(argv)
 
 
@@ -343,7 +349,7 @@ def _draw_dashboard(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    batch_scheduling()  # the driver and every service it starts (localrun.batch_scheduling)
+    apply_scheduling(args.scheduling)  # the driver and every service it starts
     try:
         import uvloop
 

@@ -17,6 +17,7 @@ stop must see one list of the processes it started (so it never stops anything e
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -90,6 +91,22 @@ def batch_scheduling() -> bool:
     except (AttributeError, OSError):
         return False
     return True
+
+
+def add_scheduling_option(parser: argparse.ArgumentParser) -> None:
+    """`--scheduling batch|default`, the same option for the demo and the benchmarks."""
+    parser.add_argument(
+        "--scheduling",
+        choices=("batch", "default"),
+        default="batch",
+        help="batch: SCHED_BATCH for this process and all it starts, as the local stack's "
+        "Redis (localrun.batch_scheduling); default: the OS default policy (batch)",
+    )
+
+
+def apply_scheduling(choice: str) -> None:
+    if choice == "batch":
+        batch_scheduling()
 
 
 def stack_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
