@@ -99,8 +99,8 @@ def add_scheduling_option(parser: argparse.ArgumentParser) -> None:
         "--scheduling",
         choices=("batch", "default"),
         default="batch",
-        help="batch: SCHED_BATCH for this process and all it starts, as the local stack's "
-        "Redis (localrun.batch_scheduling); default: the OS default policy (batch)",
+        help="batch (the default): SCHED_BATCH for this process and all it starts, as the "
+        "local stack's Redis (localrun.batch_scheduling); default: the OS's own policy",
     )
 
 

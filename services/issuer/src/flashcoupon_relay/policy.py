@@ -165,9 +165,9 @@ def gather_pause(read: int, batch_size: int, gather_ms: int) -> float:
     A short read means the relay has caught up and the issuers are writing a trickle: reading
     again at once would relay it a few entries at a time, and every batch costs a Kafka
     produce, an ack, XACK/XDEL, a persister fetch and a MySQL transaction whatever its size.
-    During a drop that per-batch work took more CPU (relay, Kafka, persister together, on the
-    cores the gateways and issuers need) than the coupons themselves. Waiting gather_ms lets
-    entries gather into one batch; a full read means a backlog, read again at once.
+    In a 2-core demo the relay, Kafka and the persister then took about half a core from the
+    gateways and issuers during the drop (a quarter with 50 ms; docs/relay.md). Waiting
+    gather_ms lets entries gather into one batch; a full read means a backlog: read at once.
     """
     return gather_ms / 1000 if 0 < read < batch_size else 0.0
 
