@@ -28,13 +28,16 @@ eval "$("$ROOT/scripts/k8s.sh" env | sed 's/^/export /')"
 POD_NET=${K8S_NODE_IP%.*}.%
 
 # The cluster's stores: the same script as the shared stack, another directory, other ports,
-# the node address.
+# the node address. Every port below 32768, outside the kernel's ephemeral range (32768-60999):
+# a listener there can find its port taken by some connection's local end (Redis 37002's
+# cluster bus, 47002, once failed to bind that way while the cluster's pods were connecting).
+# Redis's bus port is its port + 10000, so Redis starts below 22768.
 export FLASHCOUPON_STACK_DIR=$K8S_DIR/stack
 export FLASHCOUPON_STACK_HOST=$K8S_NODE_IP
-export REDIS_BASE_PORT=${K8S_REDIS_BASE_PORT:-37000}
-export KAFKA_BASE_PORT=${K8S_KAFKA_BASE_PORT:-39092}
-export KAFKA_CONTROLLER_BASE_PORT=${K8S_KAFKA_CONTROLLER_BASE_PORT:-39192}
-export MYSQL_PORT=${K8S_MYSQL_PORT:-33306}
+export REDIS_BASE_PORT=${K8S_REDIS_BASE_PORT:-18000}
+export KAFKA_BASE_PORT=${K8S_KAFKA_BASE_PORT:-18092}
+export KAFKA_CONTROLLER_BASE_PORT=${K8S_KAFKA_CONTROLLER_BASE_PORT:-18192}
+export MYSQL_PORT=${K8S_MYSQL_PORT:-23306}
 export MYSQL_CLIENT_HOST=$POD_NET
 
 log() { printf '[k8s-deploy %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
