@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from flashcoupon_common import channels, keys, tracing
+from flashcoupon_common import channels, heap, keys, tracing
 from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
 from flashcoupon_common.red_metrics import REDMiddleware
@@ -115,9 +114,7 @@ def create_app(
         news = asyncio.create_task(
             channels.listen(client, (keys.SOLD_OUT_CHANNEL, keys.SUPPLY_CHANNEL), on_news, stop)
         )
-        # What was built so far lives as long as the process: out of the collector's full
-        # passes (as in the issuer), which otherwise walk it again and again under load.
-        gc.freeze()
+        heap.settle_after_startup()
         try:
             yield {"gateway": gateway}
         finally:

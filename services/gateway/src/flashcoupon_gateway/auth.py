@@ -199,7 +199,11 @@ class Authenticator:
     def __init__(self, settings: AuthSettings, *, jwks: JWKSCache | None = None) -> None:
         self.settings = settings
         self.jwks = jwks
-        self._cache: dict[str, Principal] = {}
+        # token -> (user id, expires at): a plain tuple of a str and a float, which the garbage
+        # collector stops tracking after its first pass (it does so only for exact tuples). A
+        # cache of Principal objects, ~90k of them under a crowd, was walked by every full
+        # collection: 20-60 ms pauses and ~4 % of the gateway's CPU (issue 13).
+        self._cache: dict[str, tuple[str, float]] = {}
 
     async def authenticate(self, authorization: str | None) -> Principal:
         principal = self.authenticate_now(authorization)
@@ -215,8 +219,8 @@ class Authenticator:
         token = bearer_token(authorization)
         cached = self._cache.get(token)
         if cached is not None:
-            if cached.expires_at + self.settings.leeway_seconds > time.time():
-                return cached
+            if cached[1] + self.settings.leeway_seconds > time.time():
+                return Principal(*cached)
             del self._cache[token]
             raise unauthorized("token has expired")
         s = self.settings
@@ -232,7 +236,7 @@ class Authenticator:
     def _remember(self, token: str, principal: Principal) -> Principal:
         if len(self._cache) >= _CACHE_MAX:
             self._cache.clear()  # crude but bounded; refilling costs one verification each
-        self._cache[token] = principal
+        self._cache[token] = (principal.user_id, principal.expires_at)
         return principal
 
     async def _verify_jwks(self, token: str) -> Principal:

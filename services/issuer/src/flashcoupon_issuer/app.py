@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from flashcoupon_common import channels, keys, tracing
+from flashcoupon_common import channels, heap, keys, tracing
 from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.lua import ISSUE
@@ -121,9 +120,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         )
         stop = asyncio.Event()
         listener = asyncio.create_task(listen_for_supply(client, service, stop))
-        # Everything built so far lives as long as the process: keep it out of the garbage
-        # collector's full collections, which otherwise walk it again and again under load.
-        gc.freeze()
+        heap.settle_after_startup()
         logger.info(
             "issuer ready: durability=%s unconfirmed=%s batching=%s",
             settings.durability,
