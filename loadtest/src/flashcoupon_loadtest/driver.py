@@ -11,7 +11,6 @@ is shared through a small array the parent polls.
 
 from __future__ import annotations
 
-import gc
 import multiprocessing as mp
 import os
 import queue
@@ -22,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import SynchronizedArray
 from typing import Any, Protocol
+
+from flashcoupon_common import heap
 
 from flashcoupon_loadtest.http1 import Target
 from flashcoupon_loadtest.stats import Record
@@ -93,10 +94,10 @@ def _worker(
 
     async def main() -> None:
         await scenario.prepare(ctx)
-        # The prepared shoppers (tokens, request bytes) live until the end: keep them out of
-        # the collector's full passes, whose pauses would show up as server latency.
-        gc.collect()
-        gc.freeze()
+        # The prepared shoppers (tokens, request bytes) and the records to come live until the
+        # end: no full collection walks them, whose pauses would show up as server latency.
+        heap.settle_after_startup()
+        heap.hold_full_collections()
         ready.put(ctx.index)
         await asyncio.to_thread(go.wait)
         cpu0 = time.process_time()
