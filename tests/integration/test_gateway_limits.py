@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from flashcoupon_gateway import gcra
-from flashcoupon_gateway.ratelimit import Check, RateLimiter, user_key
+from flashcoupon_gateway.ratelimit import Check, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.scripts import RATELIMIT, ScriptRunner
 from flashcoupon_gateway.sold_out import SoldOutBoard
 from flashcoupon_gateway.waiting_room import TicketState, WaitingRoom, room_keys
@@ -69,6 +69,31 @@ async def test_rejections_are_remembered_locally(redis_cluster) -> None:
         else:
             raise AssertionError("second request within the interval must be limited")
     assert limiter.deny.blocked_for(check.key) > 0
+    await runner.aclose()
+
+
+async def test_a_new_shopper_from_a_new_address_is_decided_by_both_checks(redis_cluster) -> None:
+    # The crowd's usual stage: the IP and the user check each one script call, sent together.
+    runner = ScriptRunner(redis_cluster)
+    limiter = RateLimiter(runner, event_shards=1)
+    ip = Check("ip", ip_key(random_name("10.0.")), gcra.Limit(100, 3))
+    user = Check("user", user_key(random_name("u"), "api"), gcra.Limit(1, 2))
+    first = await limiter.check_all([[ip, user]])
+    assert [(o.check.scope, o.allowed, o.remaining) for o in first] == [
+        ("ip", True, 2),
+        ("user", True, 1),
+    ]
+    await limiter.check_all([[ip, user]])
+    try:
+        await limiter.check_all([[ip, user]])  # the user's burst of 2 is spent, the IP's is not
+    except Exception as exc:
+        assert exc.status == 429 and exc.extra["scope"] == "user", exc
+    else:
+        raise AssertionError("the third press within the user's burst must be limited")
+    assert limiter.deny.blocked_for(user.key) > 0
+    assert limiter.deny.blocked_for(ip.key) == 0
+    # Redis debited the IP three times: a fourth press from it is over its burst of 3.
+    assert (await runner.run(RATELIMIT, [ip.key], [ip.limit.interval_us, 3, 1]))[0] == 0
     await runner.aclose()
 
 

@@ -24,8 +24,9 @@ import asyncio
 import itertools
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from flashcoupon_common.http import ProblemError
 
@@ -148,6 +149,12 @@ class RateLimiter:
             asked = [i for i, o in enumerate(results) if o is None]
             if len(asked) == 1:
                 results[asked[0]] = await self._decide(stage[asked[0]], now)
+            elif asked and all(self._want(stage[i], now) == 1 for i in asked):
+                # A crowd's usual stage (a new shopper from a new address): each check one
+                # script call. Sent together and awaited as replies: no task per check.
+                replies = await asyncio.gather(*(self._ask(stage[i], 1) for i in asked))
+                for i, reply in zip(asked, replies, strict=True):
+                    results[i] = self._outcome(stage[i], reply, now)
             elif asked:
                 decided = await asyncio.gather(*(self._decide(stage[i], now) for i in asked))
                 for i, o in zip(asked, decided, strict=True):
@@ -195,8 +202,11 @@ class RateLimiter:
         lease.tokens -= 1
         return Outcome(c, True, 0, lease.remaining + lease.tokens, 0)
 
+    def _want(self, c: Check, now: float) -> int:
+        return lease_size(c.limit, self._demand.get(c.key, (now, 1))[1])
+
     async def _decide(self, c: Check, now: float) -> Outcome:
-        want = lease_size(c.limit, self._demand.get(c.key, (now, 1))[1])
+        want = self._want(c, now)
         if want == 1:
             return await self._call(c, 1, now)
         while (pending := self._inflight.get(c.key)) is not None:
@@ -216,9 +226,14 @@ class RateLimiter:
             done.set_result(None)
 
     async def _call(self, c: Check, want: int, now: float) -> Outcome:
-        granted, retry, remaining, reset = await self.runner.run(
-            RATELIMIT, [c.key], [c.limit.interval_us, c.limit.burst, want]
-        )
+        return self._outcome(c, await self._ask(c, want), now)
+
+    def _ask(self, c: Check, want: int) -> Awaitable[Any]:
+        return self.runner.run(RATELIMIT, [c.key], [c.limit.interval_us, c.limit.burst, want])
+
+    def _outcome(self, c: Check, reply: Sequence[Any], now: float) -> Outcome:
+        """Redis's decision; tokens granted beyond the first become this process's lease."""
+        granted, retry, remaining, reset = reply
         granted = int(granted)
         if granted > 1:
             if len(self._leases) > _MAX_TRACKED:

@@ -43,7 +43,11 @@ class ScriptRunner:
         )
 
     def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Awaitable[Any]:
-        return self._batcher.call(script, keys, args)
+        """The reply's awaitable; the call is queued now, before it is awaited, so calls made
+        together share a round trip however their replies are awaited."""
+        if self.redis.nodes_manager.slots_cache:
+            return self._batcher.submit(script, keys, args)  # no coroutine frame per call
+        return self._batcher.call(script, keys, args)  # first call: discovers the cluster
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
