@@ -3,11 +3,11 @@ the load driver's workers that play the crowd.
 
 Under a crowd these processes allocate a few container objects per request that outlive it
 briefly (futures, coroutines, answers in flight). With CPython's default first threshold (700)
-a gateway ran ~2,700 young collections per 60,000 forwarded issues, ~6 % of its CPU
-(`make bench-gateway`, measured with gc.callbacks, issue 13). At 3,000 the same run spent
-0.2-0.3 s instead of 0.7-1.5 s in the collector, with no pause above 9 ms; at 10,000 the
-total fell further but single older-generation passes took 25-30 ms, which a shopper waits
-through. The older generations keep their defaults.
+a gateway made ~2,700 young collections per 60,000 forwarded issues and spent 6-8 % of its CPU
+in the collector (`make bench-gateway`, measured with gc.callbacks, issue 13). At 3,000 the
+same run spent 0.2-0.3 s instead of 0.7-1.5 s in the collector, with no pause above 9 ms; at
+10,000 the total fell further but single middle-generation passes took 24-30 ms, which a
+shopper waits through. The older generations keep their defaults.
 """
 
 from __future__ import annotations
