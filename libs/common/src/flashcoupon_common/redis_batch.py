@@ -35,7 +35,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,10 +130,19 @@ class ScriptBatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
-    async def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """EVALSHA `script` with `keys` (one slot) and `args`, sharing a round trip."""
-        if not self.redis.nodes_manager.slots_cache:
-            await self.redis.initialize()
+    def call(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Awaitable[Any]:
+        """EVALSHA `script` with `keys` (one slot) and `args`, sharing a round trip.
+
+        Once the slot map is known the call is queued at once and the reply's future returned
+        (no coroutine frame): calls made together share a batch however they are awaited."""
+        if self.redis.nodes_manager.slots_cache:
+            return self.submit(script, keys, args)
+        return self._call_after_discovery(script, keys, args)
+
+    async def _call_after_discovery(
+        self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]
+    ) -> Any:
+        await self.redis.initialize()
         return await self.submit(script, keys, args)
 
     def submit(

@@ -43,11 +43,7 @@ class ScriptRunner:
         )
 
     def run(self, script: LuaScript, keys: Sequence[str], args: Sequence[Arg]) -> Awaitable[Any]:
-        """The reply's awaitable; the call is queued now, before it is awaited, so calls made
-        together share a round trip however their replies are awaited."""
-        if self.redis.nodes_manager.slots_cache:
-            return self._batcher.submit(script, keys, args)  # no coroutine frame per call
-        return self._batcher.call(script, keys, args)  # first call: discovers the cluster
+        return self._batcher.call(script, keys, args)
 
     async def aclose(self) -> None:
         await self._batcher.aclose()
