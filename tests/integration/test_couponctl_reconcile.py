@@ -61,7 +61,8 @@ def new_name(names: list[str]) -> str:
 async def issue(redis: Any, event_id: str, count: int) -> list[str]:
     codes = []
     for i in range(count):
-        reply = await redis.eval(ISSUE.source, 4, *keys.issue_keys(event_id), f"u{i}", f"r{i}", "")
+        k = keys.issue_keys(event_id)
+        (reply,) = await redis.eval(ISSUE.source, 4, *k, f"u{i}", f"r{i}", "")
         assert reply[0] == b"ISSUED", reply
         codes.append(reply[4].decode())
     return codes
@@ -274,7 +275,7 @@ async def test_issuance_racing_a_lowering_is_refused_and_catalog_restored(
         # Between the plan (10 issued: lowering to 12 is fine) and the preload, 5 more win.
         if done == 0:
             for i in range(5):
-                reply = shoppers.eval(
+                (reply,) = shoppers.eval(
                     ISSUE.source, 4, *keys.issue_keys(spec.event_id), f"late{i}", f"rl{i}", ""
                 )
                 assert reply[0] == b"ISSUED"

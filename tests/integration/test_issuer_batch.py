@@ -58,6 +58,38 @@ async def test_concurrent_calls_share_round_trips_and_reload_scripts(own_client)
         await batcher.aclose()
 
 
+async def test_calls_of_a_stride_script_on_the_same_keys_run_as_one_script(own_client) -> None:
+    # Like issue.lua: any number of calls in one run, one reply each, in order.
+    import hashlib
+
+    source = (
+        f"-- {uuid.uuid4()}\n"
+        "redis.call('HINCRBY', KEYS[1], 'runs', 1)\n"
+        "local out = {}\n"
+        "for i = 1, #ARGV do out[i] = redis.call('HINCRBY', KEYS[1], 'total', ARGV[i]) end\n"
+        "return out"
+    )
+    script = LuaScript("add", source, hashlib.sha1(source.encode()).hexdigest(), stride=1)
+    name = f"stride-{uuid.uuid4().hex[:8]}"
+    batcher = ScriptBatcher(own_client, client=name)
+    keys = [f"{{t:{name}:{i % 3}}}:h" for i in range(600)]
+    try:
+        results = await asyncio.gather(*(batcher.call(script, [k], [1]) for k in keys))
+        # each call got its own reply: the running total right after it, 1..n per key
+        for key in set(keys):
+            mine = sorted(r for k, r in zip(keys, results, strict=True) if k == key)
+            assert mine == list(range(1, keys.count(key) + 1))
+        runs = [int(await own_client.hget(k, "runs")) for k in set(keys)]
+        # merged: far fewer script runs than calls (the first runs met NOSCRIPT, and were
+        # retried as they were merged)
+        assert sum(runs) <= 30, runs
+        _, sent = _batches(name)
+        assert sent >= 600  # the batch-size histogram still counts calls, not script runs
+    finally:
+        await own_client.delete(*set(keys))
+        await batcher.aclose()
+
+
 async def test_stale_slot_map_is_refreshed_after_moved(own_client) -> None:
     batcher = ScriptBatcher(own_client, client="moved-test")
     script = fresh_script()

@@ -36,7 +36,7 @@ async def provisioned(redis, cleanup: list[str], spec: EventSpec) -> EventSpec:
 
 
 async def issue(redis, eid: str, user: str, rid: str, tp: str = "") -> list:
-    reply = await redis.eval(ISSUE.source, 4, *keys.issue_keys(eid), user, rid, tp)
+    (reply,) = await redis.eval(ISSUE.source, 4, *keys.issue_keys(eid), user, rid, tp)
     return [v.decode() if isinstance(v, bytes) else v for v in reply]
 
 
@@ -59,6 +59,52 @@ async def test_script_matches_python_reference(redis_cluster, cleanup) -> None:
     assert state.issued_by_tier == {"big": 20, "small": 180} == state.tier_quantities
     assert (await issue(redis_cluster, eid, "late", "r-late"))[0] == "SOLD_OUT"
     assert state.phase() == "SoldOut"
+
+
+async def test_presses_in_one_call_are_decided_as_separate_calls_would_be(
+    redis_cluster, cleanup
+) -> None:
+    # The issuer's batcher sends the presses of one event queued together as one call.
+    spec = await provisioned(redis_cluster, cleanup, make_spec(3))
+    eid = spec.event_id
+    secret = (await redis_cluster.hget(keys.config_key(eid), "secret")).decode()
+    presses = [
+        ("alice", "r1"),
+        ("bob", "r2"),
+        ("alice", "r3"),  # a second press without the key: DUPLICATE, with alice's coupon
+        ("alice", "r1"),  # alice's first press again: her coupon, flagged as a replay
+        ("carol", "r4"),  # the last coupon
+        ("dave", "r5"),
+    ]
+    args = [v for user, rid in presses for v in (user, rid, "")]
+    replies = await redis_cluster.eval(ISSUE.source, 4, *keys.issue_keys(eid), *args)
+    replies = [[v.decode() if isinstance(v, bytes) else v for v in r] for r in replies]
+    assert [r[0] for r in replies] == [
+        "ISSUED",
+        "ISSUED",
+        "DUPLICATE",
+        "ISSUED",
+        "ISSUED",
+        "SOLD_OUT",
+    ]
+    alice, bob, duplicate, replay, carol, _ = replies
+    assert [alice[4], bob[4], carol[4]] == [coupon_code(secret, seq) for seq in range(3)]
+    assert [alice[1], bob[1], carol[1]] == [2, 1, 0]
+    assert duplicate[4:12] == alice[4:12]
+    assert replay[2] == 1 and replay[4:] == alice[4:]
+    state = await event_state.read_state(redis_cluster, eid)
+    assert state is not None and state.issued == 3 and sum(state.issued_by_tier.values()) == 3
+    assert await redis_cluster.xlen(keys.outbox_key(eid)) == 3
+    # a later call goes on from the stock the batch wrote back
+    assert (await issue(redis_cluster, eid, "erin", "r6"))[0] == "SOLD_OUT"
+
+
+async def test_presses_must_come_in_triples(redis_cluster, cleanup) -> None:
+    spec = await provisioned(redis_cluster, cleanup, make_spec(3))
+    with pytest.raises(Exception, match="triples"):
+        await redis_cluster.eval(ISSUE.source, 4, *keys.issue_keys(spec.event_id), "alice", "r1")
+    state = await event_state.read_state(redis_cluster, spec.event_id)
+    assert state is not None and state.issued == 0
 
 
 async def test_same_request_id_twice_returns_the_original_coupon(redis_cluster, cleanup) -> None:

@@ -154,7 +154,8 @@ async def test_timer_finishes_a_preload_the_operator_crashed_in(memo: kopf.Memo,
 async def test_refused_update_keeps_running_event_and_says_why(memo: kopf.Memo, name: str) -> None:
     first = await run_apply(name, spec_body(), memo)
     for i in range(30):
-        reply = await memo.redis.eval(ISSUE.source, 4, *keys.issue_keys(name), f"u{i}", f"r{i}", "")
+        k = keys.issue_keys(name)
+        (reply,) = await memo.redis.eval(ISSUE.source, 4, *k, f"u{i}", f"r{i}", "")
         assert reply[0] == b"ISSUED"
     status = await run_apply(name, spec_body(quantity=10), memo, status=first, generation=2)
     accepted = cond(status, "SpecAccepted")

@@ -17,6 +17,8 @@ HTTP/1.1) in its own process; every request is a distinct shopper with its own
 Idempotency-Key. Rounds alternate the paths so machine noise hits all of them; the best round
 of each path is reported (a ceiling measurement), all rounds are kept in the JSON. Results go
 to loadtest/results/bench-issuer.json. Targets: issuer >= 60 % of hello, sold-out >= 85 %.
+For naive and issuer it also reports the CPU per request of the Redis master running the
+event's issue.lua: one script run per press (naive) against the batcher's merged runs.
 """
 
 from __future__ import annotations
@@ -62,6 +64,19 @@ async def _provision(redis_settings: RedisSettings, run: str) -> dict[str, str]:
     return events
 
 
+async def _masters(redis_settings: RedisSettings, events: dict[str, str]) -> dict[str, int]:
+    """Path -> pid of the Redis master that runs its event's issue.lua (INFO's process_id)."""
+    client = create_redis_cluster(redis_settings)
+    await client.initialize()
+    pids = {}
+    for path, eid in events.items():
+        node = client.get_node_from_key(keys.config_key(eid))
+        assert node is not None, f"no Redis node owns {eid}'s slot"
+        pids[path] = int((await node.execute_command("INFO", "server"))["process_id"])
+    await client.aclose()
+    return pids
+
+
 async def _cleanup(redis_settings: RedisSettings, events: dict[str, str]) -> None:
     client = create_redis_cluster(redis_settings)
     await client.initialize()
@@ -83,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     redis_settings = RedisSettings.from_env(env)
     run = f"{int(time.time())}"
     events = asyncio.run(_provision(redis_settings, run))
+    masters = asyncio.run(_masters(redis_settings, events))
     ports = {name: free_port() for name in ("hello", "naive", "issuer")}
     procs = {
         "hello": serve(
@@ -120,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds=args.rounds,
             concurrency=args.concurrency,
             processes=args.processes,
+            watch={path: {"redis": masters[path]} for path in ("naive", "issuer")},
         )
     finally:
         stop_all(procs.values())
@@ -136,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     cpu_ratios = {
         path: round(cpu["hello"] / cpu[path], 3) for path in ("naive", "issuer", "soldout")
     }
+    # The event's Redis master per issue: one script run per request (naive) against the
+    # batcher's, which runs the presses of one event queued together as one script call.
+    redis_cpu = {
+        path: statistics.median(m["cpu_us_per_request"]["redis"] for m in rounds[path])
+        for path in ("naive", "issuer")
+    }
     report = {
         **report_head("issuer", args),
         "best": best,
@@ -143,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios_vs_hello": ratios,
         "server_cpu_us_per_request": cpu,
         "cpu_ratios_vs_hello": cpu_ratios,
+        "redis_master_cpu_us_per_request": redis_cpu,
         "targets": TARGETS,
         "met": {k: ratios[k] >= v for k, v in TARGETS.items()},
     }
@@ -162,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{path:8s} {b['rps']:9.0f} {b['p50_ms']:8.2f} {b['p99_ms']:8.2f} {ratio:9.2f}"
             f" {cpu[path]:11.1f} {cr:13.2f}"
         )
+    print(
+        f"event's Redis master CPU per issue: naive {redis_cpu['naive']:.1f} us,"
+        f" issuer {redis_cpu['issuer']:.1f} us (issuer/naive"
+        f" {redis_cpu['issuer'] / max(redis_cpu['naive'], 0.1):.2f})"
+    )
     print(f"targets: {TARGETS}; met: {report['met']}; written to {out}")
     return 0
 

@@ -142,15 +142,17 @@ def run_rounds(
     rounds: int,
     concurrency: int,
     processes: int,
+    watch: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Alternate the paths (name -> (url, server pid, event id or None for hello)) for
-    `rounds` rounds after a discarded warm-up round; every kept measurement per path."""
+    `rounds` rounds after a discarded warm-up round; every kept measurement per path.
+    `watch` (path -> name -> pid): more processes whose CPU per request a path reports."""
     kept: dict[str, list[dict[str, Any]]] = {path: [] for path in targets}
     for rnd in range(rounds + 1):  # round 0 warms every path up and is discarded
         n = requests if rnd else max(2000, requests // 10)
         for path, (url, pid, event_id) in targets.items():
             scenario = issue_or_hello(path, event_id, n, concurrency, f"r{rnd}-{path}-")
-            m = measure(scenario, url, processes, pid)
+            m = measure(scenario, url, processes, pid, (watch or {}).get(path))
             if rnd:
                 kept[path].append(m)
                 print(

@@ -7,6 +7,12 @@ written as one pipeline of EVALSHAs on one connection to that node, and the repl
 back in order. A node has at most `max_inflight` batches on the wire; calls arriving meanwhile
 wait for the next batch, so batches grow with load instead of connections.
 
+A script declared with a `stride` (issue.lua) takes any number of calls in one run: the calls
+of a batch with the same keys (the presses of one event) are sent as one EVALSHA whose ARGV is
+their arguments one after another, and its list reply is split back, one reply per call. The
+script's fixed work (the call, reading the event, the clock, writing the stock back) is then
+paid once per batch instead of once per press.
+
 The batcher keeps its own small connections per node (asyncio streams + the hiredis parser) and
 writes RESP itself, with the constant head of each EVALSHA (sha, key count, keys) encoded once:
 redis-py's per-command packing and per-reply reading cost more CPU than the whole HTTP request
@@ -192,16 +198,22 @@ class ScriptBatcher:
             queue.idle.clear()
 
     # ---- encoding
-    def _encode(self, item: _Call) -> bytes:
-        key = (item.script.sha, tuple(item.keys))
+    def _encode(self, frame: list[_Call]) -> bytes:
+        """One EVALSHA for a frame: a single call, or calls of a stride script merged."""
+        first = frame[0]
+        key = (first.script.sha, tuple(first.keys))
         head = self._prefixes.get(key)
         if head is None:
             if len(self._prefixes) >= _PREFIX_CACHE_MAX:
                 self._prefixes.clear()  # e.g. per-user rate-limit keys: keep it bounded
-            parts: tuple[Arg, ...] = ("EVALSHA", item.script.sha, len(item.keys), *item.keys)
+            parts: tuple[Arg, ...] = ("EVALSHA", first.script.sha, len(first.keys), *first.keys)
             head = self._prefixes[key] = (len(parts), b"".join(bulk(p) for p in parts))
         count, prefix = head
-        return b"*%d\r\n" % (count + len(item.args)) + prefix + b"".join(bulk(a) for a in item.args)
+        if len(frame) == 1:
+            args = first.args
+            return b"*%d\r\n" % (count + len(args)) + prefix + b"".join(bulk(a) for a in args)
+        body = b"".join([bulk(a) for c in frame for a in c.args])
+        return b"*%d\r\n" % (count + sum(len(c.args) for c in frame)) + prefix + body
 
     # ---- queueing
     def _enqueue(self, item: _Call) -> None:
@@ -243,8 +255,9 @@ class ScriptBatcher:
     # ---- one pipeline on one connection
     async def _send(self, queue: _NodeQueue, batch: list[_Call]) -> None:
         self._sizes.observe(len(batch))
-        payload = b"".join([self._encode(c) for c in batch]) + self._wait
-        expected = len(batch) + (1 if self.wait_replicas else 0)
+        frames = _frames(batch)
+        payload = b"".join([self._encode(f) for f in frames]) + self._wait
+        expected = len(frames) + (1 if self.wait_replicas else 0)
         conn: NodeConnection | None = None
         replies: list[Any] = []
         try:
@@ -256,8 +269,8 @@ class ScriptBatcher:
                 )
                 replies = await conn.roundtrip(payload, expected)
                 missing = {
-                    c.script.sha: c.script
-                    for c, r in zip(batch, replies, strict=False)
+                    f[0].script.sha: f[0].script
+                    for f, r in zip(frames, replies, strict=False)
                     if isinstance(r, NoScriptError)
                 }
                 for script in missing.values():
@@ -272,7 +285,7 @@ class ScriptBatcher:
                 "redis batch of %d to %s:%d failed: %r", len(batch), queue.host, queue.port, exc
             )
             self._refresh_soon()
-            if len(replies) < len(batch):
+            if len(replies) < len(frames):
                 # Some replies (and the WAIT) are missing: run the whole batch again; the
                 # scripts' request ids make a second run return the first run's result.
                 for item in batch:
@@ -291,7 +304,8 @@ class ScriptBatcher:
                 queue.scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush, queue)
         acked = replies[-1] if self.wait_replicas and len(replies) == expected else None
-        self._settle(batch, replies, acked)
+        calls, answers = _unframe(frames, replies)
+        self._settle(calls, answers, acked)
 
     def _settle(self, batch: list[_Call], replies: list[Any], acked: Any) -> None:
         for item, reply in zip(batch, replies, strict=False):
@@ -318,13 +332,14 @@ class ScriptBatcher:
         try:
             conn = await NodeConnection.open(err.host, err.port)
             try:
-                payload = pack("ASKING") + self._encode(item)
+                payload = pack("ASKING") + self._encode([item])
                 _, reply = await conn.roundtrip(payload, 2)
                 if isinstance(reply, NoScriptError):
                     await conn.roundtrip(pack("SCRIPT", "LOAD", item.script.source), 1)
                     _, reply = await conn.roundtrip(payload, 2)
             finally:
                 conn.close()
+            _, (reply,) = _unframe([[item]], [reply])
             if isinstance(reply, Exception):
                 self._retry_later(item, reply)
             elif not item.future.done():
@@ -358,3 +373,42 @@ class ScriptBatcher:
             await self.redis.nodes_manager.initialize()
         except Exception as exc:  # noqa: BLE001 - the next failure triggers another refresh
             logger.warning("redis cluster slot map refresh failed: %r", exc)
+
+
+def _frames(batch: list[_Call]) -> list[list[_Call]]:
+    """The batch as EVALSHAs to send: calls of a stride script with the same keys (presses of
+    one event) become one frame, in the order their first call was queued; others stay one
+    call per frame."""
+    frames: list[list[_Call]] = []
+    merged: dict[tuple[str, tuple[str, ...]], list[_Call]] = {}
+    for call in batch:
+        if not call.script.stride:
+            frames.append([call])
+            continue
+        key = (call.script.sha, tuple(call.keys))
+        frame = merged.get(key)
+        if frame is None:
+            frame = merged[key] = []
+            frames.append(frame)
+        frame.append(call)
+    return frames
+
+
+def _unframe(frames: list[list[_Call]], replies: list[Any]) -> tuple[list[_Call], list[Any]]:
+    """Each call with its own reply: a stride script answers a list, one reply per call; an
+    error reply (NOSCRIPT, MOVED, ...) concerns every call of its frame. Frames without a
+    reply (a pipeline cut short) are left out, as before."""
+    calls: list[_Call] = []
+    answers: list[Any] = []
+    for frame, reply in zip(frames, replies, strict=False):
+        calls.extend(frame)
+        if not frame[0].script.stride:
+            answers.append(reply)
+        elif isinstance(reply, Exception):
+            answers.extend([reply] * len(frame))
+        elif isinstance(reply, list) and len(reply) == len(frame):
+            answers.extend(reply)
+        else:
+            bad = ResponseError(f"{frame[0].script.name}: {len(frame)} calls, reply {reply!r:.80}")
+            answers.extend([bad] * len(frame))
+    return calls, answers

@@ -51,9 +51,10 @@ def naive_call(redis: RedisCluster) -> ScriptCall:
     async def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Any:
         k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
         try:
-            return await redis.evalsha(ISSUE.sha, 4, *k, user, rid, tp)
+            replies = await redis.evalsha(ISSUE.sha, 4, *k, user, rid, tp)
         except NoScriptError:
-            return await redis.eval(ISSUE.source, 4, *k, user, rid, tp)
+            replies = await redis.eval(ISSUE.source, 4, *k, user, rid, tp)
+        return replies[0]  # one press: the first (only) reply
 
     return call
 

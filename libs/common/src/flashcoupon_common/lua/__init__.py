@@ -17,12 +17,16 @@ class LuaScript:
     name: str
     source: str = field(repr=False)
     sha: str
+    # > 0: the script takes any number of calls in one run, `stride` ARGV values each, and
+    # answers a list with one reply per call (issue.lua). The batcher then sends the calls
+    # queued together for the same keys as one run.
+    stride: int = 0
 
     @classmethod
-    def load(cls, name: str) -> LuaScript:
+    def load(cls, name: str, *, stride: int = 0) -> LuaScript:
         source = files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
-        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest(), stride)
 
 
-ISSUE = LuaScript.load("issue")
+ISSUE = LuaScript.load("issue", stride=3)
 PROVISION = LuaScript.load("provision")
