@@ -114,6 +114,11 @@ async def test_write_timeout_discards_the_connection(stack: Stack) -> None:
             assert invalidated
             assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]
             result = await writer.write(second)
-            assert (result.inserted, result.duplicates, result.rejected) == (10, 0, [])
+            # The timed-out transaction may still commit: its last statement can reach the
+            # server before SIGSTOP takes hold (the signal lands a moment after kill returns
+            # on a busy machine), and is read from the socket on the thaw. The retry then
+            # finds those rows as duplicates (writer.py). Either way each record is stored once.
+            assert result.rejected == [] and result.inserted + result.duplicates == 10, result
+            assert await count_rows(rig.engine, rig.event) == 20
         finally:
             await engine.dispose()
