@@ -100,3 +100,16 @@ def test_publish_writes_the_report_and_prints_the_table(
     assert written["config"] == {"users": 10} and set(written["paths"]) == {"hello", "gateway"}
     out = capsys.readouterr().out
     assert "before = x" in out and "gateway/hello" in out and "(target >= 0.50: met)" in out
+
+
+def test_the_crowd_path_presses_from_one_address_per_shopper_through_the_gateway() -> None:
+    from flashcoupon_loadtest import bench_gateway
+    from flashcoupon_loadtest.scenarios import Burst
+
+    crowd = bench_gateway._burst("crowd", "ev", 10, 4, "p-")
+    plain = bench_gateway._burst("gateway", "ev", 10, 4, "p-")
+    assert isinstance(crowd, Burst) and crowd.mode == plain.mode == "gateway"
+    assert crowd.forwarded_for and not plain.forwarded_for
+    addresses = {crowd.shopper_headers(None, i, "u")["X-Forwarded-For"] for i in range(300)}
+    assert len(addresses) == 300
+    assert "crowd" in bench_gateway.PATHS and "crowd/gateway" in bench_gateway.RATIOS

@@ -11,6 +11,10 @@ own HS256 JWT in the gateway paths; rounds alternate the order so machine noise 
              process, whatever --processes says)
   issuer     the issuer called directly (X-Flashcoupon-User), on a fresh event
   gateway    through the gateway to that issuer: a forwarded issue, on a fresh event
+  crowd      as `gateway`, but each shopper from its own address (X-Forwarded-For, which the
+             bench's gateway trusts, one hop): a drop's traffic, as `make demo` sends it, where
+             the per-IP limit is one more script call per press (from one address the IP's
+             tokens are leased, ~one call per 100 ms)
   soldout    through the gateway, at an event sold out before the round (quantity 1, sold by
              a few presses through the same gateway): the gateway's own 410 SOLD_OUT
   unbatched  forwarded issues through a second gateway started with
@@ -21,7 +25,7 @@ The gateway and issuer run from the workspace's console scripts (their own `main
 they are deployed), `--processes` workers each; limits are set so they do not bind (the bench
 measures their cost, not their effect). Each round reports req/s and the CPU per request of
 every service process (/proc utime + stime). Ratios: gateway/issuer, soldout/hello,
-issuer/hello, unbatched/gateway. Writes loadtest/results/bench-gateway.json.
+issuer/hello, unbatched/gateway, crowd/gateway. Writes loadtest/results/bench-gateway.json.
 `--scheduling` as `make demo` (localrun.batch_scheduling): SCHED_BATCH for every process the
 bench starts (the default), or `default`, the OS's policy, which earlier figures were taken
 under. bench_revisions runs these paths for two revisions in one run (`start_services`,
@@ -69,14 +73,15 @@ from flashcoupon_loadtest.rounds import (
 from flashcoupon_loadtest.scenarios import Burst
 from flashcoupon_loadtest.tokens import DEMO_SECRET
 
-Kind = Literal["hello", "issuer", "gateway", "soldout"]
-PATHS = ("hello", "issuer", "gateway", "soldout", "unbatched")
+Kind = Literal["hello", "issuer", "gateway", "crowd", "soldout"]
+PATHS = ("hello", "issuer", "gateway", "crowd", "soldout", "unbatched")
 # Issue 13: forwarded issue >= 0.60 of issuer-direct, sold-out >= 0.70 of hello, issuer >= 0.60.
 RATIOS = {
     "gateway/issuer-direct": Ratio("gateway", "issuer", 0.60),
     "soldout/hello": Ratio("soldout", "hello", 0.70),
     "issuer/hello": Ratio("issuer", "hello", 0.60),
     "gateway/hello": Ratio("gateway", "hello"),
+    "crowd/gateway": Ratio("crowd", "gateway"),
     "unbatched/gateway": Ratio("unbatched", "gateway"),
 }
 UNBATCHED_ENV = {"FLASHCOUPON_GATEWAY_ISSUE_BATCH_MAX": "0"}
@@ -123,6 +128,8 @@ def start_services(
             "FLASHCOUPON_GATEWAY_ISSUER_URLS": f"http://127.0.0.1:{issuer_port}",
             "FLASHCOUPON_GATEWAY_IP_PER_SECOND": "1000000",
             "FLASHCOUPON_GATEWAY_IP_BURST": "1000000",
+            # the crowd path's X-Forwarded-For; the other paths send none (the peer counts)
+            "FLASHCOUPON_GATEWAY_TRUSTED_PROXIES": "1",
         }
         procs["gateway"] = _start(
             bin_dir, "flashcoupon-gateway", free_port(), processes, gateway_env, tag
@@ -165,6 +172,7 @@ def service_paths(procs: Mapping[str, Started], prefix: str = "") -> dict[str, P
     paths = {
         f"{prefix}issuer": PathSpec("issuer", url["issuer"], watch["issuer"], "issuer", watch),
         f"{prefix}gateway": PathSpec("gateway", url["gateway"], watch["gateway"], "gateway", watch),
+        f"{prefix}crowd": PathSpec("crowd", url["gateway"], watch["gateway"], "gateway", watch),
         f"{prefix}soldout": PathSpec("soldout", url["gateway"], watch["gateway"], "gateway", watch),
     }
     if "unbatched" in procs:
@@ -199,6 +207,7 @@ def _burst(kind: Kind, event_id: str, users: int, concurrency: int, prefix: str)
     return Burst(
         event_id=event_id,
         mode="issuer" if kind == "issuer" else "gateway",
+        forwarded_for=kind == "crowd",
         users=users,
         concurrency=concurrency,
         dup_fraction=0.0,
