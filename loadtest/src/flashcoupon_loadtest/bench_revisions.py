@@ -38,7 +38,7 @@ from flashcoupon_loadtest.localrun import ROOT, stack_env
 from flashcoupon_loadtest.rounds import Ratio
 
 CHECKOUTS = ROOT / ".cache" / "bench-revisions"
-KINDS = ("issuer", "gateway", "soldout", "unbatched")
+KINDS = ("issuer", "gateway", "crowd", "soldout", "unbatched")
 SIDES = ("before", "after")
 
 

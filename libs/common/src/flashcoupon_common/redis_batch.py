@@ -14,9 +14,9 @@ script's fixed work (the call, reading the event, the clock, writing the stock b
 paid once per batch instead of once per press.
 
 The batcher keeps its own small connections per node (asyncio streams + the hiredis parser) and
-writes RESP itself, with the constant head of each EVALSHA (sha, key count, keys) encoded once:
-redis-py's per-command packing and per-reply reading cost more CPU than the whole HTTP request
-around them. redis-py's RedisCluster is still the source of the slot map.
+writes RESP itself, with each script's "EVALSHA <sha>" encoded once: redis-py's per-command
+packing and per-reply reading cost more CPU than the whole HTTP request around them.
+redis-py's RedisCluster is still the source of the slot map.
 
 The subtle part is retrying. A call is retried after NOSCRIPT (SCRIPT LOAD first: a restarted
 or promoted node has an empty script cache), MOVED/TRYAGAIN/CLUSTERDOWN and connection errors
@@ -75,7 +75,7 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutE
 _REROUTE = (MovedError, TryAgainError, ClusterDownError, ReadOnlyError)
 
 
-_PREFIX_CACHE_MAX = 10_000
+_SLOT_CACHE_MAX = 10_000
 
 
 class NotReplicatedError(Exception):
@@ -130,7 +130,7 @@ class ScriptBatcher:
         self._wait = pack("WAIT", wait_replicas, wait_timeout_ms) if wait_replicas else b""
         self._sizes = BATCH_SIZE.labels(client)
         self._queues: dict[str, _NodeQueue] = {}
-        self._prefixes: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
+        self._heads: dict[str, bytes] = {}  # script sha → its encoded "EVALSHA <sha>"
         self._slots: dict[str, int] = {}  # key → hash slot (a slot never changes; its owner may)
         self._refreshing: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -201,19 +201,14 @@ class ScriptBatcher:
     def _encode(self, frame: list[_Call]) -> bytes:
         """One EVALSHA for a frame: a single call, or calls of a stride script merged."""
         first = frame[0]
-        key = (first.script.sha, tuple(first.keys))
-        head = self._prefixes.get(key)
+        head = self._heads.get(first.script.sha)
         if head is None:
-            if len(self._prefixes) >= _PREFIX_CACHE_MAX:
-                self._prefixes.clear()  # e.g. per-user rate-limit keys: keep it bounded
-            parts: tuple[Arg, ...] = ("EVALSHA", first.script.sha, len(first.keys), *first.keys)
-            head = self._prefixes[key] = (len(parts), b"".join(bulk(p) for p in parts))
-        count, prefix = head
-        if len(frame) == 1:
-            args = first.args
-            return b"*%d\r\n" % (count + len(args)) + prefix + b"".join(bulk(a) for a in args)
-        body = b"".join([bulk(a) for c in frame for a in c.args])
-        return b"*%d\r\n" % (count + sum(len(c.args) for c in frame)) + prefix + body
+            head = self._heads[first.script.sha] = bulk("EVALSHA") + bulk(first.script.sha)
+        # Keys are encoded per frame, not cached: a rate-limit key is a shopper's, seldom seen
+        # twice, and an event's keys are written once per frame of many presses.
+        args = first.args if len(frame) == 1 else [a for c in frame for a in c.args]
+        parts = [bulk(len(first.keys)), *[bulk(k) for k in first.keys], *[bulk(a) for a in args]]
+        return b"*%d\r\n" % (2 + len(parts)) + head + b"".join(parts)
 
     # ---- queueing
     def _enqueue(self, item: _Call) -> None:
@@ -223,7 +218,7 @@ class ScriptBatcher:
         try:
             slot = self._slots.get(item.keys[0])
             if slot is None:
-                if len(self._slots) >= _PREFIX_CACHE_MAX:
+                if len(self._slots) >= _SLOT_CACHE_MAX:
                     self._slots.clear()
                 slot = self._slots[item.keys[0]] = self.redis.keyslot(item.keys[0])
             node = self.redis.nodes_manager.get_node_from_slot(slot)
