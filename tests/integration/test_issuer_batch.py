@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import AsyncIterator
 
@@ -13,12 +14,13 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from prometheus_client import REGISTRY
 
 
+def lua_script(name: str, source: str, stride: int = 0) -> LuaScript:
+    return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest(), stride)
+
+
 def fresh_script() -> LuaScript:
     """A script no node has cached yet (its sha is new), so the first EVALSHA gets NOSCRIPT."""
-    import hashlib
-
-    source = f"-- {uuid.uuid4()}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])"
-    return LuaScript("incr", source, hashlib.sha1(source.encode()).hexdigest())
+    return lua_script("incr", f"-- {uuid.uuid4()}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])")
 
 
 @pytest.fixture
@@ -60,8 +62,6 @@ async def test_concurrent_calls_share_round_trips_and_reload_scripts(own_client)
 
 async def test_calls_of_a_stride_script_on_the_same_keys_run_as_one_script(own_client) -> None:
     # Like issue.lua: any number of calls in one run, one reply each, in order.
-    import hashlib
-
     source = (
         f"-- {uuid.uuid4()}\n"
         "redis.call('HINCRBY', KEYS[1], 'runs', 1)\n"
@@ -69,12 +69,12 @@ async def test_calls_of_a_stride_script_on_the_same_keys_run_as_one_script(own_c
         "for i = 1, #ARGV do out[i] = redis.call('HINCRBY', KEYS[1], 'total', ARGV[i]) end\n"
         "return out"
     )
-    script = LuaScript("add", source, hashlib.sha1(source.encode()).hexdigest(), stride=1)
+    adder = lua_script("add", source, stride=1)
     name = f"stride-{uuid.uuid4().hex[:8]}"
     batcher = ScriptBatcher(own_client, client=name)
     keys = [f"{{t:{name}:{i % 3}}}:h" for i in range(600)]
     try:
-        results = await asyncio.gather(*(batcher.call(script, [k], [1]) for k in keys))
+        results = await asyncio.gather(*(batcher.call(adder, [k], [1]) for k in keys))
         # each call got its own reply: the running total right after it, 1..n per key
         for key in set(keys):
             mine = sorted(r for k, r in zip(keys, results, strict=True) if k == key)
@@ -112,10 +112,7 @@ async def test_stale_slot_map_is_refreshed_after_moved(own_client) -> None:
 
 async def test_script_errors_reach_the_caller(own_client) -> None:
     batcher = ScriptBatcher(own_client, client="err-test")
-    source = "return redis.error_reply('BOOM nope')"
-    import hashlib
-
-    bad = LuaScript("bad", source, hashlib.sha1(source.encode()).hexdigest())
+    bad = lua_script("bad", "return redis.error_reply('BOOM nope')")
     with pytest.raises(Exception, match="nope"):
         await batcher.call(bad, ["{t:x}:k"], [])
     await batcher.aclose()

@@ -50,7 +50,11 @@ from flashcoupon_loadtest.localrun import free_port, stack_env
 TARGETS = {"issuer": 0.60, "soldout": 0.85}
 
 
-async def _provision(redis_settings: RedisSettings, run: str) -> dict[str, str]:
+async def _provision(
+    redis_settings: RedisSettings, run: str
+) -> tuple[dict[str, str], dict[str, int]]:
+    """The paths' events, and per path the pid of the Redis master that runs its event's
+    issue.lua (INFO's process_id)."""
     client = create_redis_cluster(redis_settings)
     await client.initialize()
     events = {"naive": f"bench-naive-{run}", "issuer": f"bench-live-{run}"}
@@ -60,21 +64,13 @@ async def _provision(redis_settings: RedisSettings, run: str) -> dict[str, str]:
     await event_state.provision(client, bench_spec(sold, 1))
     await client.eval(ISSUE.source, 4, *keys.issue_keys(sold), "first", "r-first", "")
     events["soldout"] = sold
-    await client.aclose()
-    return events
-
-
-async def _masters(redis_settings: RedisSettings, events: dict[str, str]) -> dict[str, int]:
-    """Path -> pid of the Redis master that runs its event's issue.lua (INFO's process_id)."""
-    client = create_redis_cluster(redis_settings)
-    await client.initialize()
-    pids = {}
+    masters = {}
     for path, eid in events.items():
         node = client.get_node_from_key(keys.config_key(eid))
         assert node is not None, f"no Redis node owns {eid}'s slot"
-        pids[path] = int((await node.execute_command("INFO", "server"))["process_id"])
+        masters[path] = int((await node.execute_command("INFO", "server"))["process_id"])
     await client.aclose()
-    return pids
+    return events, masters
 
 
 async def _cleanup(redis_settings: RedisSettings, events: dict[str, str]) -> None:
@@ -97,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     env = stack_env()
     redis_settings = RedisSettings.from_env(env)
     run = f"{int(time.time())}"
-    events = asyncio.run(_provision(redis_settings, run))
-    masters = asyncio.run(_masters(redis_settings, events))
+    events, masters = asyncio.run(_provision(redis_settings, run))
     ports = {name: free_port() for name in ("hello", "naive", "issuer")}
     procs = {
         "hello": serve(
