@@ -8,7 +8,7 @@ from pathlib import Path
 
 from flashcoupon_loadtest.invariants import Check
 from flashcoupon_loadtest.report import fairness_lines, format_report, plot, write_json
-from flashcoupon_loadtest.stats import ISSUED, Record, summarize
+from flashcoupon_loadtest.stats import ISSUED, Record, p99_target_ms, summarize
 
 
 def sample_report(records: list[Record]) -> dict:
@@ -57,6 +57,16 @@ def test_report_text_has_every_figure_and_verdict() -> None:
         "- missing C9",
     ):
         assert expected in text, expected
+
+
+def test_p99_target_follows_the_concurrency() -> None:
+    # p99 is 250 ms: over make demo's 100 ms goal, within the 300 ms goal at 512 connections.
+    demo = format_report(sample_report(RECORDS), [])
+    assert "(target p99 < 100 ms at concurrency 2: NOT met)" in demo
+    crowd = format_report({**sample_report(RECORDS), "concurrency": 512}, [])
+    assert "(target p99 < 300 ms at concurrency 512: met)" in crowd
+    assert p99_target_ms(128) == 100.0
+    assert p99_target_ms(129) == 300.0
 
 
 def test_fairness_verdict_tells_the_run_from_its_phases() -> None:

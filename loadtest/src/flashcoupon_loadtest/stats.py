@@ -92,6 +92,16 @@ def sell_out_seconds(records: Sequence[Record], quantity: int) -> float | None:
 # Issue 13: no answer slower than 10x the median through head-of-line queueing.
 FAIRNESS_TARGET = 10.0
 
+# Issue 13: p99 under 100 ms for the drop as `make demo` runs it (128 connections); a crowd four
+# times that size (512) waits longer in any queue and is held to 300 ms.
+DEMO_CONCURRENCY = 128
+
+
+def p99_target_ms(concurrency: int) -> float:
+    """The p99 goal of a run at `concurrency` connections: 100 ms up to make demo's 128,
+    300 ms beyond (issue 13's --concurrency 512 goal)."""
+    return 100.0 if concurrency <= DEMO_CONCURRENCY else 300.0
+
 
 def max_over_median(latencies: Iterable[float]) -> dict[str, float]:
     """p50 and max (ms) and their ratio: how far the slowest answer trails the typical one."""
