@@ -156,7 +156,7 @@ def _read_now(g: Gateway, event_id: str = "ev") -> None:
     g.specs._cache[event_id] = (time.monotonic(), EventInfo(None))
 
 
-def test_the_sold_out_lane_answers_only_what_the_full_path_would() -> None:
+async def test_the_sold_out_lane_answers_only_what_the_full_path_would() -> None:
     g, board = _lane_gateway(frozenset({"holder"}))
     crowd, holder = f"Bearer {token('crowd')}", f"Bearer {token('holder')}"
     assert not g.answers_sold_out_now("ev", crowd)  # not sold out
@@ -173,10 +173,11 @@ def test_the_sold_out_lane_answers_only_what_the_full_path_would() -> None:
     assert not g.answers_sold_out_now("ev", crowd)
     g.specs._cache["ev"] = (time.monotonic() - 5, g.specs._cache["ev"][1])
     other = f"Bearer {token('other')}"
-    assert not g.answers_sold_out_now("ev", other)  # read is stale
+    assert not g.answers_sold_out_now("ev", other)  # read is stale (and is being read again)
     board.heard(keys.SUPPLY_CHANNEL, "ev")  # re-opened
     _read_now(g)
     assert not g.answers_sold_out_now("ev", other)
+    await g.specs.aclose()
 
 
 def test_the_sold_out_lane_waits_for_the_holders_and_renders_the_answer_once() -> None:

@@ -124,6 +124,7 @@ def create_app(
             except TimeoutError:
                 logger.warning("channel listener did not stop in time; abandoned")
             await room.stop()
+            await specs.aclose()
             if batcher is not None:
                 await batcher.aclose()
             await gateway.upstream.aclose()
