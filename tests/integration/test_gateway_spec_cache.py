@@ -1,8 +1,12 @@
-"""The gateway's per-event state cache against the real Redis Cluster: read ahead of expiry."""
+"""The gateway's per-event state cache against the real Redis Cluster: read ahead of expiry.
+
+An entry's age is set by moving its read time back, so no test sleeps or depends on timing.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -14,7 +18,7 @@ from redis.exceptions import ResponseError
 
 from tests.support.names import random_name
 
-TTL = 0.4  # read again after 0.2 s
+TTL = 10.0  # read ahead from 5 s on
 
 
 def answered_at_once(call: Coroutine[Any, Any, EventInfo]) -> EventInfo:
@@ -28,8 +32,11 @@ def answered_at_once(call: Coroutine[Any, Any, EventInfo]) -> EventInfo:
     raise AssertionError("the call waited")
 
 
-def read_at(specs: SpecCache, event_id: str) -> float:
-    return specs._cache[event_id][0]
+def age(specs: SpecCache, event_id: str, seconds: float) -> float:
+    """Make the event's entry `seconds` old; its new read time."""
+    read_at = time.monotonic() - seconds
+    specs._cache[event_id] = (read_at, specs._cache[event_id][1])
+    return read_at
 
 
 async def settle(specs: SpecCache) -> None:
@@ -41,18 +48,16 @@ async def test_an_entry_is_read_again_before_it_expires_while_it_serves(redis_cl
     event = random_name("ev")
     info = await specs.get(event)  # the first press waits for the first read
     assert info.spec is None  # not provisioned
-    first = read_at(specs, event)
-
     answered_at_once(specs.get(event))  # young: served, nothing read
     assert not specs._refreshing
 
-    await asyncio.sleep(TTL / 2 + 0.05)
+    old = age(specs, event, TTL * 0.6)
     assert answered_at_once(specs.get(event)) is info  # past half its life: still served...
     assert len(specs._refreshing) == 1 and event in specs._pending  # ...and read in the back
     answered_at_once(specs.get(event))  # one read at a time
     assert len(specs._refreshing) == 1
     await settle(specs)
-    assert read_at(specs, event) > first
+    assert specs._cache[event][0] > old + TTL * 0.5
     await specs.aclose()
 
 
@@ -62,14 +67,11 @@ async def test_the_sold_out_lanes_freshness_check_reads_ahead_too(redis_cluster)
     specs = SpecCache(redis_cluster, TTL, SoldOutBoard())
     event = random_name("ev")
     await specs.get(event)
-    first = read_at(specs, event)
-    await asyncio.sleep(TTL / 2 + 0.05)
+    old = age(specs, event, TTL * 0.6)
     assert specs.fresh(event)
+    assert len(specs._refreshing) == 1
     await settle(specs)
-    assert read_at(specs, event) > first
-    await asyncio.sleep(TTL / 2 + 0.05)
-    assert specs.fresh(event)  # still fresh: the lane never stopped
-    await settle(specs)
+    assert specs._cache[event][0] > old + TTL * 0.5
     await specs.aclose()
 
 
@@ -77,12 +79,13 @@ async def test_an_expired_entry_is_never_served(redis_cluster) -> None:
     specs = SpecCache(redis_cluster, TTL, SoldOutBoard())
     event = random_name("ev")
     await specs.get(event)
-    first = read_at(specs, event)
-    await asyncio.sleep(TTL + 0.05)  # nobody asked in between: nothing was read ahead
+    old = age(specs, event, TTL + 1)
+    call = specs.get(event)
+    with pytest.raises(AssertionError, match="waited"):
+        answered_at_once(call)  # the press waits for a read
     assert not specs.fresh(event)
-    await settle(specs)  # the check above started a read; the press below may share it
     await specs.get(event)
-    assert read_at(specs, event) > first + TTL
+    assert specs._cache[event][0] > old + TTL
     await specs.aclose()
 
 
@@ -92,7 +95,7 @@ async def test_a_read_begun_before_forget_is_not_cached(redis_cluster) -> None:
     specs = SpecCache(redis_cluster, TTL, SoldOutBoard())
     event = random_name("ev")
     await specs.get(event)
-    await asyncio.sleep(TTL / 2 + 0.05)
+    age(specs, event, TTL * 0.6)
     answered_at_once(specs.get(event))  # starts the read ahead
     specs.forget(event)
     await settle(specs)
@@ -111,13 +114,13 @@ async def test_a_failed_read_ahead_is_not_repeated_for_the_same_entry(redis_clus
     info = await specs.get(event)
     await redis_cluster.set(keys.config_key(event), "not a hash")  # every read now fails
     try:
-        await asyncio.sleep(TTL / 2 + 0.05)
+        age(specs, event, TTL * 0.6)
         assert answered_at_once(specs.get(event)) is info
         await settle(specs)  # the read ahead failed
         for _ in range(5):
             assert answered_at_once(specs.get(event)) is info
         assert not specs._refreshing and event not in specs._pending
-        await asyncio.sleep(TTL / 2)
+        age(specs, event, TTL + 1)
         with pytest.raises(ResponseError):  # expired: the press reads, and fails, itself
             await specs.get(event)
     finally:
