@@ -140,8 +140,9 @@ class SpecCache:
             info = EventInfo(spec)
             self.board.observed(event_id, sold_out, read.started)
         except BaseException as exc:
-            read.future.set_exception(exc)
-            read.future.exception()  # retrieved: waiters re-raise it, no "never retrieved"
+            if not read.future.done():  # aclose may have cancelled it
+                read.future.set_exception(exc)
+                read.future.exception()  # retrieved: waiters re-raise it, no "never retrieved"
             raise
         finally:
             self._pending.pop(event_id, None)
@@ -149,7 +150,8 @@ class SpecCache:
             if len(self._cache) > 10_000:
                 self._cache.clear()
             self._cache[event_id] = (time.monotonic(), info)
-        read.future.set_result(info)
+        if not read.future.done():
+            read.future.set_result(info)
         return info
 
     def fresh(self, event_id: str) -> bool:
