@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import uuid
 from collections.abc import AsyncIterator
 
@@ -14,13 +13,11 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from prometheus_client import REGISTRY
 
 
-def lua_script(name: str, source: str, stride: int = 0) -> LuaScript:
-    return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest(), stride)
-
-
 def fresh_script() -> LuaScript:
     """A script no node has cached yet (its sha is new), so the first EVALSHA gets NOSCRIPT."""
-    return lua_script("incr", f"-- {uuid.uuid4()}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])")
+    return LuaScript.from_source(
+        "incr", f"-- {uuid.uuid4()}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])"
+    )
 
 
 @pytest.fixture
@@ -69,7 +66,7 @@ async def test_calls_of_a_stride_script_on_the_same_keys_run_as_one_script(own_c
         "for i = 1, #ARGV do out[i] = redis.call('HINCRBY', KEYS[1], 'total', ARGV[i]) end\n"
         "return out"
     )
-    adder = lua_script("add", source, stride=1)
+    adder = LuaScript.from_source("add", source, stride=1)
     name = f"stride-{uuid.uuid4().hex[:8]}"
     batcher = ScriptBatcher(own_client, client=name)
     keys = [f"{{t:{name}:{i % 3}}}:h" for i in range(600)]
@@ -112,7 +109,7 @@ async def test_stale_slot_map_is_refreshed_after_moved(own_client) -> None:
 
 async def test_script_errors_reach_the_caller(own_client) -> None:
     batcher = ScriptBatcher(own_client, client="err-test")
-    bad = lua_script("bad", "return redis.error_reply('BOOM nope')")
+    bad = LuaScript.from_source("bad", "return redis.error_reply('BOOM nope')")
     with pytest.raises(Exception, match="nope"):
         await batcher.call(bad, ["{t:x}:k"], [])
     await batcher.aclose()

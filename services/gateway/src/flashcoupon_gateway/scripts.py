@@ -10,7 +10,6 @@ on the safe side; a queued shopper's `enter` re-run finds the ticket it created;
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Sequence
 from importlib.resources import files
 from typing import Any
@@ -22,7 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 
 def _load(name: str) -> LuaScript:
     source = (files("flashcoupon_gateway") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
-    return LuaScript(name, source, hashlib.sha1(source.encode()).hexdigest())
+    return LuaScript.from_source(name, source)
 
 
 RATELIMIT = _load("ratelimit")

@@ -23,9 +23,14 @@ class LuaScript:
     stride: int = 0
 
     @classmethod
-    def load(cls, name: str, *, stride: int = 0) -> LuaScript:
-        source = files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    def from_source(cls, name: str, source: str, *, stride: int = 0) -> LuaScript:
         return cls(name, source, hashlib.sha1(source.encode()).hexdigest(), stride)
+
+    @classmethod
+    def load(cls, name: str, *, stride: int = 0) -> LuaScript:
+        """This package's `<name>.lua`."""
+        source = files(__package__).joinpath(f"{name}.lua").read_text(encoding="utf-8")
+        return cls.from_source(name, source, stride=stride)
 
 
 ISSUE = LuaScript.load("issue", stride=3)
