@@ -1,4 +1,5 @@
-"""ScriptBatcher against the real cluster: shared round trips, NOSCRIPT reload, MOVED refresh."""
+"""ScriptBatcher against the real cluster: shared round trips, NOSCRIPT reload, MOVED refresh,
+and its node connections (resp.NodeConnection): replies over many reads, a closed connection."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 from flashcoupon_common.lua import LuaScript
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_common.resp import NodeConnection, pack
 from prometheus_client import REGISTRY
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 
 def fresh_script() -> LuaScript:
@@ -113,3 +116,62 @@ async def test_script_errors_reach_the_caller(own_client) -> None:
     with pytest.raises(Exception, match="nope"):
         await batcher.call(bad, ["{t:x}:k"], [])
     await batcher.aclose()
+
+
+async def test_a_round_trip_hands_its_replies_over_as_they_are_read(stack) -> None:
+    # Many commands in one write, their replies arriving over several reads: all of them, in
+    # order, given to on_replies (where the batcher settles its calls) before the caller
+    # resumes.
+    host, port = stack.redis.nodes[0]
+    conn = await NodeConnection.open(host, port)
+    seen: list[list[object]] = []
+    try:
+        payload = b"".join(pack("ECHO", f"{i}-" + "x" * 200) for i in range(2000))
+        async with asyncio.timeout(10):  # a lost reply would hang the round trip
+            replies = await conn.roundtrip(payload, 2000, seen.append)
+        assert [r.split(b"-")[0] for r in replies] == [str(i).encode() for i in range(2000)]
+        assert seen == [replies]
+        assert await conn.roundtrip(pack("PING"), 1) == [b"PONG"]  # the stream stays in step
+    finally:
+        conn.close()
+
+
+async def test_a_connection_the_server_closes_fails_its_round_trip_at_once(stack) -> None:
+    host, port = stack.redis.nodes[0]
+    conn, killer = await NodeConnection.open(host, port), await NodeConnection.open(host, port)
+    try:
+        [own_id] = await conn.roundtrip(pack("CLIENT", "ID"), 1)
+        # Blocked for up to 30 s on the server, then the server drops the connection.
+        waiting = asyncio.ensure_future(conn.roundtrip(pack("BLPOP", f"{{t:{own_id}}}", 30), 1))
+        await asyncio.sleep(0.05)
+        assert await killer.roundtrip(pack("CLIENT", "KILL", "ID", own_id), 1) == [1]  # killed
+        async with asyncio.timeout(5):  # at once, not after the BLPOP's 30 s
+            with pytest.raises(RedisConnectionError):
+                await waiting
+        with pytest.raises(RedisConnectionError):
+            await conn.roundtrip(pack("PING"), 1)  # closed: refused without a write
+    finally:
+        conn.close()
+        killer.close()
+
+
+async def test_calls_survive_their_idle_connection_being_closed(own_client) -> None:
+    # A node restarted or a connection dropped while idle: the next batch fails on it and is
+    # sent again on a new connection (the script's result counts one run per call).
+    batcher = ScriptBatcher(own_client, client=f"killed-{uuid.uuid4().hex[:8]}")
+    script = fresh_script()
+    key = f"{{t:{uuid.uuid4().hex}}}:n"
+    try:
+        assert await batcher.call(script, [key], [1]) == 1
+        idle = [c for q in batcher._queues.values() for c in q.idle]
+        assert idle
+        for conn in idle:
+            [own_id] = await conn.roundtrip(pack("CLIENT", "ID"), 1)
+            await own_client.execute_command(
+                "CLIENT", "KILL", "ID", own_id, target_nodes=own_client.get_node_from_key(key)
+            )
+        async with asyncio.timeout(10):
+            assert await batcher.call(script, [key], [1]) == 2
+    finally:
+        await own_client.delete(key)
+        await batcher.aclose()

@@ -13,9 +13,10 @@ their arguments one after another, and its list reply is split back, one reply p
 script's fixed work (the call, reading the event, the clock, writing the stock back) is then
 paid once per batch instead of once per press.
 
-The batcher keeps its own small connections per node (asyncio streams + the hiredis parser) and
-writes RESP itself, with each script's "EVALSHA <sha>" encoded once: redis-py's per-command
-packing and per-reply reading cost more CPU than the whole HTTP request around them.
+The batcher keeps its own small connections per node (resp.NodeConnection: a protocol and the
+hiredis parser) and writes RESP itself, with each script's "EVALSHA <sha>" encoded once:
+redis-py's per-command packing and per-reply reading cost more CPU than the whole HTTP request
+around them. A batch whose replies are all results is settled as its last reply is read.
 redis-py's RedisCluster is still the source of the slot map.
 
 The subtle part is retrying. A call is retried after NOSCRIPT (SCRIPT LOAD first: a restarted
@@ -38,6 +39,7 @@ split further it would only scatter that state.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -252,6 +254,7 @@ class ScriptBatcher:
         self._sizes.observe(len(batch))
         frames = _frames(batch)
         payload = b"".join([self._encode(f) for f in frames]) + self._wait
+        settled: list[bool] = []  # set by _settle_at_once when the replies needed nothing more
         expected = len(frames) + (1 if self.wait_replicas else 0)
         conn: NodeConnection | None = None
         replies: list[Any] = []
@@ -262,7 +265,9 @@ class ScriptBatcher:
                     if queue.idle
                     else await NodeConnection.open(queue.host, queue.port)
                 )
-                replies = await conn.roundtrip(payload, expected)
+                replies = await conn.roundtrip(
+                    payload, expected, functools.partial(self._settle_at_once, frames, settled)
+                )
                 missing = {
                     f[0].script.sha: f[0].script
                     for f, r in zip(frames, replies, strict=False)
@@ -298,9 +303,26 @@ class ScriptBatcher:
             if queue.calls and not queue.scheduled:
                 queue.scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush, queue)
+        if settled:
+            return
         acked = replies[-1] if self.wait_replicas and len(replies) == expected else None
         calls, answers = _unframe(frames, replies)
         self._settle(calls, answers, acked)
+
+    def _settle_at_once(
+        self, frames: list[list[_Call]], settled: list[bool], replies: list[Any]
+    ) -> None:
+        """The common batch, settled as its last reply is read (NodeConnection.roundtrip's
+        `on_replies`): its callers resume a loop turn sooner than after this batch's task.
+        A batch with any error reply (NOSCRIPT, MOVED, a script error) is left to `_send`,
+        which reloads and retries; too few replicas in WAIT settle as `_settle` says."""
+        for reply in replies:
+            if isinstance(reply, Exception):
+                return
+        acked = replies[-1] if self.wait_replicas else None
+        calls, answers = _unframe(frames, replies)
+        self._settle(calls, answers, acked)
+        settled.append(True)
 
     def _settle(self, batch: list[_Call], replies: list[Any], acked: Any) -> None:
         for item, reply in zip(batch, replies, strict=False):

@@ -9,7 +9,8 @@ parsed into redis-py's own exception classes, by redis-py's private `BaseParser.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import hiredis
 from redis._parsers.base import BaseParser
@@ -34,36 +35,77 @@ def make_reader() -> hiredis.Reader:
     return hiredis.Reader(replyError=BaseParser.parse_error)
 
 
-class NodeConnection:
-    """One connection to one node: raw asyncio streams and a hiredis reply parser."""
+class NodeConnection(asyncio.Protocol):
+    """One connection to one node: a protocol that parses replies (hiredis) as they arrive.
 
-    __slots__ = ("parser", "reader", "writer")
+    `roundtrip`'s `on_replies` is called from `data_received` itself, in the loop turn the
+    last expected reply arrived in, so the batcher settles its calls' futures there and their
+    callers resume in the next turn. With asyncio streams the reply first woke the batcher's
+    task, which settled the futures a turn later: one loop turn more per Redis call, and under
+    a crowd a turn is long (a gateway's presses waited for it twice per press).
+    One round trip at a time.
+    """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self) -> None:
         self.parser = make_reader()
+        self.transport: asyncio.Transport | None = None
+        self._lost: Exception | None = None
+        self._waiter: asyncio.Future[list[Any]] | None = None
+        self._on_replies: Callable[[list[Any]], None] | None = None
+        self._expected = 0
+        self._replies: list[Any] = []
 
     @classmethod
     async def open(cls, host: str, port: int) -> NodeConnection:
-        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
-        return cls(reader, writer)
+        _, conn = await asyncio.get_running_loop().create_connection(cls, host, port)
+        return conn
 
-    async def roundtrip(self, payload: bytes, expected: int) -> list[Any]:
-        self.writer.write(payload)
-        replies: list[Any] = []
-        parser = self.parser
-        while True:
-            reply = parser.gets()
+    async def roundtrip(
+        self,
+        payload: bytes,
+        expected: int,
+        on_replies: Callable[[list[Any]], None] | None = None,
+    ) -> list[Any]:
+        """Send `payload`, return its `expected` replies (after `on_replies` saw them)."""
+        if self._lost is not None or self.transport is None or self.transport.is_closing():
+            raise RedisConnectionError("connection closed by the server")
+        waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._waiter, self._on_replies = waiter, on_replies
+        self._expected, self._replies = expected, []
+        self.transport.write(payload)
+        try:
+            return await waiter
+        finally:
+            self._waiter = self._on_replies = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCP transport is not an asyncio.Transport subclass, but has its methods.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed(data)
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return  # nobody waits (a cancelled round trip): the connection is being dropped
+        replies = self._replies
+        try:
+            reply = self.parser.gets()
             while reply is not False:
                 replies.append(reply)
-                if len(replies) == expected:
-                    return replies
-                reply = parser.gets()
-            data = await self.reader.read(1 << 16)
-            if not data:
-                raise RedisConnectionError("connection closed by the server")
-            parser.feed(data)
+                if len(replies) == self._expected:
+                    waiter.set_result(replies)
+                    if self._on_replies is not None:
+                        self._on_replies(replies)
+                    return
+                reply = self.parser.gets()
+        except Exception as exc:  # noqa: BLE001 - a reply hiredis cannot parse
+            waiter.set_exception(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = RedisConnectionError(f"connection closed by the server: {exc!r}")
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(self._lost)
 
     def close(self) -> None:
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
