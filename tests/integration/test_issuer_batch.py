@@ -136,13 +136,15 @@ async def test_a_round_trip_hands_its_replies_over_as_they_are_read(stack) -> No
         conn.close()
 
 
-async def test_a_connection_the_server_closes_fails_its_round_trip_at_once(stack) -> None:
-    host, port = stack.redis.nodes[0]
-    conn, killer = await NodeConnection.open(host, port), await NodeConnection.open(host, port)
+async def test_a_connection_the_server_closes_fails_its_round_trip_at_once(own_client) -> None:
+    key = f"{{t:{uuid.uuid4().hex}}}:list"
+    node = own_client.get_node_from_key(key)  # BLPOP blocks only on the key's owner
+    conn = await NodeConnection.open(node.host, node.port)
+    killer = await NodeConnection.open(node.host, node.port)
     try:
         [own_id] = await conn.roundtrip(pack("CLIENT", "ID"), 1)
         # Blocked for up to 30 s on the server, then the server drops the connection.
-        waiting = asyncio.ensure_future(conn.roundtrip(pack("BLPOP", f"{{t:{own_id}}}", 30), 1))
+        waiting = asyncio.ensure_future(conn.roundtrip(pack("BLPOP", key, 30), 1))
         await asyncio.sleep(0.05)
         assert await killer.roundtrip(pack("CLIENT", "KILL", "ID", own_id), 1) == [1]  # killed
         async with asyncio.timeout(5):  # at once, not after the BLPOP's 30 s
