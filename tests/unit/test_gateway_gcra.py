@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
-
-import pytest
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.ratelimit import (
     Check,
@@ -14,7 +10,6 @@ from flashcoupon_gateway.ratelimit import (
     event_shard_limit,
     rate_headers,
     rate_limited,
-    replies_of,
 )
 
 S = gcra.MICROS
@@ -123,41 +118,3 @@ def test_lease_size_is_bounded_by_demand_burst_and_time() -> None:
     assert lease_size(gcra.Limit(1000, 400), 3) == 3  # no more than local demand
     assert lease_size(gcra.Limit(1000, 400), 1000) == 100  # 100 ms of the rate
     assert lease_size(gcra.Limit(100_000, 200), 10_000) == 50  # a quarter of the burst
-
-
-async def test_replies_of_waits_for_every_call_in_order() -> None:
-    loop = asyncio.get_running_loop()
-    first, second = loop.create_future(), loop.create_future()
-    loop.call_soon(second.set_result, "b")  # the second reply arriving first changes nothing
-    loop.call_soon(first.set_result, "a")
-    assert await replies_of([first, second]) == ["a", "b"]
-
-
-async def test_replies_of_a_failed_call_cancels_the_others_and_retrieves_their_errors() -> None:
-    loop = asyncio.get_running_loop()
-    unretrieved: list[dict[str, object]] = []
-    handler = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _, context: unretrieved.append(context))
-    try:
-        failed, pending, also_failed = (loop.create_future() for _ in range(3))
-        failed.set_exception(ConnectionError("node down"))
-        also_failed.set_exception(ConnectionError("node down too"))
-        with pytest.raises(ConnectionError, match="node down"):
-            await replies_of([failed, pending, also_failed])
-        assert pending.cancelled()  # the batcher then does not send it
-        del failed, pending, also_failed
-        gc.collect()  # an unretrieved error is reported when its future is collected
-    finally:
-        loop.set_exception_handler(handler)
-    assert unretrieved == []
-
-
-async def test_replies_of_a_cancelled_press_cancels_its_calls() -> None:
-    loop = asyncio.get_running_loop()
-    calls = [loop.create_future(), loop.create_future()]
-    waiting = asyncio.ensure_future(replies_of(calls))
-    await asyncio.sleep(0)
-    waiting.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiting
-    assert all(c.cancelled() for c in calls)

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flashcoupon_common import event_state, issue_batch, tracing, validation
+from flashcoupon_common.aio import in_order
 from flashcoupon_common.http import (
     PROBLEM_JSON,
     JSONResponse,
@@ -191,11 +192,8 @@ class IssueEdge:
                 budget = deadline_budget(value)
         service: IssueService = scope["state"]["service"]
         start = time.perf_counter()
-        responses = await asyncio.gather(
-            *(
-                self.press(service, p.event_id, p.user, p.key, p.traceparent, budget)
-                for p in presses
-            )
+        responses = await in_order(
+            [self.press(service, p.event_id, p.user, p.key, p.traceparent, budget) for p in presses]
         )
         for r in responses:
             self._metrics.record(r.status_code, start)
