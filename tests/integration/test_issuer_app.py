@@ -291,7 +291,9 @@ async def test_unknown_event_ids_add_no_series_and_no_cache_entries(
             )
             assert status == 404
         after = _series("flashcoupon_issuer_") | _series("flashcoupon_http_", "route")
-        assert after - before <= {"unknown"}, sorted(after - before)[:5]
+        # The real event's own series may appear meanwhile: its provisioning news can reach
+        # this subscriber late, over the cluster bus from the node it was published on.
+        assert after - before - {real} <= {"unknown"}, sorted(after - before)[:5]
         assert len(service.sold_out) == 0
         # A real event is labelled and, once sold out, cached ...
         assert (await asgi_post(app, ISSUE.format(real), {"X-Flashcoupon-User": "a"}))[0] == 201
