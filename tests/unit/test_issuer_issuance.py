@@ -281,3 +281,133 @@ def test_a_new_sell_out_reads_the_holders_again() -> None:
         assert await service.holders.get("ev") == frozenset({"a", "b"})
 
     asyncio.run(scenario())
+
+
+def _by_user(replies: dict[str, Any]) -> Any:
+    """A script whose reply (or error, raised) depends on the press's user id."""
+
+    async def script(event_id: str, user: str, *rest: Any) -> Any:
+        reply = replies[user]
+        if isinstance(reply, BaseException):
+            raise reply
+        if reply is None:
+            await asyncio.Event().wait()  # never answers
+        return reply
+
+    return script
+
+
+def _summary(outcome: Any) -> tuple[str, ...]:
+    from flashcoupon_issuer.issuance import IssuerUnavailable
+
+    if isinstance(outcome, IssuerUnavailable):
+        return ("UNAVAILABLE",)
+    return (outcome.status, str(outcome.remaining), str(outcome.replay))
+
+
+def test_a_batch_of_presses_is_answered_as_each_press_alone() -> None:
+    """issue_many (the issuer's batch route) against issue, press by press: the same outcomes,
+    the same shoppers unsettled, the same counts; one wait for every call, in order."""
+    from flashcoupon_common.redis_batch import NotReplicatedError
+    from flashcoupon_issuer.issuance import IssuerUnavailable
+    from redis.exceptions import ClusterDownError
+
+    replies = {
+        "won": [b"ISSUED", 7, 0, 1, *COUPON],
+        "dup": [b"DUPLICATE", -1, 0, 1, *COUPON],
+        "late": TimeoutError(),
+        "down": ClusterDownError("failing over"),
+        "unconfirmed": NotReplicatedError([b"ISSUED", 6, 0, 1, *COUPON], 0),
+        "paused": [b"PAUSED", 0, 0, 0],
+    }
+    presses = [(f"ev-{u}", u, f"k-{u}", "", True) for u in replies]
+
+    async def alone() -> list[Any]:
+        service = IssueService(_by_user(replies), SoldOutCache(ttl=60), holders=NOBODY)
+        outcomes: list[Any] = []
+        for event_id, user, key, tp, keyed in presses:
+            try:
+                outcomes.append(
+                    await service.issue(event_id, user, key, tp, keyed=keyed, budget_ms=2000)
+                )
+            except IssuerUnavailable as exc:
+                outcomes.append(exc)
+        return [service.unsettled.__contains__((p[0], p[1])) for p in presses], outcomes
+
+    async def together() -> list[Any]:
+        service = IssueService(_by_user(replies), SoldOutCache(ttl=60), holders=NOBODY)
+        outcomes = await service.issue_many(presses, budget_ms=2000)
+        return [service.unsettled.__contains__((p[0], p[1])) for p in presses], outcomes
+
+    before = sample("flashcoupon_issuer_issuance_total", event="ev-won", outcome="ISSUED")
+    unsettled_alone, one_by_one = asyncio.run(alone())
+    unsettled_batch, batched = asyncio.run(together())
+    assert [_summary(o) for o in batched] == [_summary(o) for o in one_by_one]
+    assert [_summary(o)[0] for o in batched] == [
+        "ISSUED", "DUPLICATE", "UNAVAILABLE", "UNAVAILABLE", "NOT_DURABLE", "PAUSED",
+    ]  # fmt: skip
+    assert unsettled_batch == unsettled_alone == [False, False, True, True, True, False]
+    after = sample("flashcoupon_issuer_issuance_total", event="ev-won", outcome="ISSUED")
+    assert after == before + 2  # once alone, once batched
+
+
+def test_a_batch_answers_at_its_deadline_and_cancels_what_did_not_reply() -> None:
+    """One call that never replies: the batch is answered at the caller's budget (the others
+    with their outcomes, that one 503) and its call is cancelled, so the batcher never sends
+    it again."""
+    from flashcoupon_issuer.issuance import IssuerUnavailable
+
+    futures: list[asyncio.Future[Any]] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        def call(event_id: str, user: str, *rest: Any) -> asyncio.Future[Any]:
+            future: asyncio.Future[Any] = loop.create_future()
+            if user == "answered":
+                future.set_result([b"ISSUED", 3, 0, 1, *COUPON])
+            futures.append(future)
+            return future
+
+        service = IssueService(call, SoldOutCache(ttl=60), holders=NOBODY)
+        started = loop.time()
+        answered, silent = await service.issue_many(
+            [("ev", "answered", "k1", "", True), ("ev", "silent", "k2", "", True)], budget_ms=100
+        )
+        assert loop.time() - started < 1.0  # the 50 ms floor of call_budget, not 15 s
+        assert not isinstance(answered, IssuerUnavailable) and answered.status == "ISSUED"
+        assert isinstance(silent, IssuerUnavailable)
+        assert futures[1].cancelled() and ("ev", "silent") in service.unsettled
+
+    asyncio.run(scenario())
+
+
+def test_a_batch_after_the_sell_out_loads_holders_once_and_counts_each_press_once() -> None:
+    """Known sold out: one holders load for the batch; non-holders answered locally (counted
+    once each), a keyed replay from the cache, the holder sent to the script."""
+    calls: list[tuple[Any, ...]] = []
+    loads: list[str] = []
+
+    async def script(*args: Any) -> list[Any]:
+        calls.append(args)
+        return [b"DUPLICATE", -1, 0, 1, *COUPON]
+
+    async def holders(event_id: str) -> frozenset[str]:
+        loads.append(event_id)
+        return frozenset({"held", "keyed"})
+
+    async def scenario() -> None:
+        service = IssueService(script, SoldOutCache(ttl=60), holders=Holders(holders))
+        service.replays.put("ev-h", "keyed", "k1", [b"ISSUED", 0, 0, 1, *COUPON])
+        service.learn_sold_out("ev-h")
+        local_before = sample("flashcoupon_issuer_sold_out_local_total", event="ev-h")
+        presses = [("ev-h", f"u{i}", "r", "", False) for i in range(5)]
+        presses += [("ev-h", "keyed", "k1", "", True), ("ev-h", "held", "r2", "", False)]
+        outcomes = await service.issue_many(presses)
+        assert [_summary(o)[0] for o in outcomes] == ["SOLD_OUT"] * 5 + ["ISSUED", "DUPLICATE"]
+        assert outcomes[5].replay  # type: ignore[union-attr]
+        assert loads == ["ev-h"] and [c[1] for c in calls] == ["held"]
+        local = sample("flashcoupon_issuer_sold_out_local_total", event="ev-h")
+        assert local == local_before + 5
+
+    asyncio.run(scenario())

@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 # (event id, user id, request id, traceparent, deadline as time.monotonic() or None) → reply
 ScriptCall = Callable[[str, str, str, str, float | None], Awaitable[Any]]
+# One press of IssueService.issue_many: (event id, user id, request id, traceparent, keyed)
+PressArgs = tuple[str, str, str, str, bool]
 
 
 class IssuerUnavailable(Exception):
@@ -279,32 +281,112 @@ class IssueService:
         keyed: bool,
         budget_ms: int | None = None,
     ) -> Outcome:
-        if self.sold_out.known(event_id) and (event_id, user_id) not in self.unsettled:
-            earlier = self.replays.get(event_id, user_id, request_id) if keyed else None
-            if earlier is not None:
-                metrics.count_outcome(event_id, "REPLAYED")
-                return earlier
-            known = self.holders.cached(event_id)
-            if known is None:
-                known = await self.holders.get(event_id)
-            if holds_nothing(known, user_id):
-                metrics.count_sold_out_local(event_id)
-                metrics.count_outcome(event_id, "SOLD_OUT")
-                return SOLD_OUT
-            # A holder (or holders unknown): the script tells them their coupon.
+        local, unknown = self._answer_locally(event_id, user_id, request_id, keyed)
+        if unknown:
+            await self.holders.get(event_id)
+            local, _ = self._answer_locally(event_id, user_id, request_id, keyed)
+        if local is not None:
+            return local
         seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
-        deadline = time.monotonic() + seconds
+        call = self._call(event_id, user_id, request_id, traceparent, time.monotonic() + seconds)
         try:
             if budget_ms is None:
-                reply = await self._call(event_id, user_id, request_id, traceparent, deadline)
+                reply = await call
             else:
                 # The batcher stops retrying at the deadline; the timeout also bounds a batch
                 # already on the wire. Cancelling the call's future keeps it from being sent.
                 async with asyncio.timeout(seconds):
-                    reply = await self._call(event_id, user_id, request_id, traceparent, deadline)
+                    reply = await call
+        except Exception as exc:  # noqa: BLE001 - _conclude sorts what a failure means
+            return self._conclude(event_id, user_id, request_id, keyed, None, exc, seconds)
+        return self._conclude(event_id, user_id, request_id, keyed, reply, None, seconds)
+
+    async def issue_many(
+        self, presses: Sequence[PressArgs], budget_ms: int | None = None
+    ) -> list[Outcome | IssuerUnavailable]:
+        """Each press answered as `issue` answers it alone (an IssuerUnavailable in place of
+        the 503 it would raise), with one wait for all their script calls.
+
+        Why not `issue` per press: a task and a timer per press cost the issuer more of its
+        loop than the issuing itself once a gateway forwards presses in batches (docs/issuer.md,
+        "Batching"). Here the calls are submitted together and awaited once, under one deadline.
+        """
+        decided = [self._answer_locally(p[0], p[1], p[2], p[4]) for p in presses]
+        unknown = [i for i, (_, holders_unknown) in enumerate(decided) if holders_unknown]
+        for event_id in {presses[i][0] for i in unknown}:
+            await self.holders.get(event_id)
+        for i in unknown:
+            decided[i] = self._answer_locally(*presses[i][:3], presses[i][4])
+        seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
+        deadline = time.monotonic() + seconds
+        results: list[Outcome | IssuerUnavailable | None] = [local for local, _ in decided]
+        calls: dict[int, asyncio.Future[Any]] = {}
+        for i, (event_id, user_id, request_id, traceparent, _) in enumerate(presses):
+            if results[i] is None:
+                call = self._call(event_id, user_id, request_id, traceparent, deadline)
+                calls[i] = asyncio.ensure_future(call)
+        if calls:
+            try:
+                _, late = await asyncio.wait(calls.values(), timeout=seconds)
+            except BaseException:
+                for future in calls.values():
+                    future.cancel()
+                raise
+            for future in late:
+                future.cancel()  # a cancelled call is never sent again
+        settled = [(i, _reply_or_error(f, seconds)) for i, f in calls.items()]
+        for i, (reply, error) in settled:
+            event_id, user_id, request_id, _, keyed = presses[i]
+            try:
+                results[i] = self._conclude(
+                    event_id, user_id, request_id, keyed, reply, error, seconds
+                )
+            except IssuerUnavailable as exc:
+                results[i] = exc
+        return [r for r in results if r is not None]  # each press has its outcome by now
+
+    def _answer_locally(
+        self, event_id: str, user_id: str, request_id: str, keyed: bool
+    ) -> tuple[Outcome | None, bool]:
+        """(the outcome decided without Redis: a replay, or sold out to a non-holder; or None,
+        and whether the event's holders must be loaded before it can be decided). A failed
+        load leaves them unknown: the press then goes to the script."""
+        if self.sold_out.known(event_id) and (event_id, user_id) not in self.unsettled:
+            earlier = self.replays.get(event_id, user_id, request_id) if keyed else None
+            if earlier is not None:
+                metrics.count_outcome(event_id, "REPLAYED")
+                return earlier, False
+            known = self.holders.cached(event_id)
+            if known is None:
+                return None, True
+            if holds_nothing(known, user_id):
+                metrics.count_sold_out_local(event_id)
+                metrics.count_outcome(event_id, "SOLD_OUT")
+                return SOLD_OUT, False
+            # A holder: the script tells them their coupon.
+        return None, False
+
+    def _conclude(
+        self,
+        event_id: str,
+        user_id: str,
+        request_id: str,
+        keyed: bool,
+        reply: Any,
+        error: Exception | None,
+        seconds: float,
+    ) -> Outcome:
+        """The outcome of a script call that gave `reply` or failed with `error`.
+
+        Raises IssuerUnavailable when Redis could not be used (the shopper is then unsettled),
+        and re-raises an error that is not Redis's."""
+        if error is None:
             outcome = parse_reply(reply)
-        except NotReplicatedError as exc:
-            reply = exc.result
+            if self._degraded:
+                self._degraded = False
+                logger.warning("durability restored: a replica confirms writes again")
+        elif isinstance(error, NotReplicatedError):
+            reply = error.result
             outcome = parse_reply(reply)
             if outcome.status == "ISSUED" and self.degrade:
                 metrics.UNCONFIRMED.inc()
@@ -313,26 +395,22 @@ class IssueService:
                     logger.warning(
                         "durability degraded: no replica confirms writes (%s); answering "
                         "unconfirmed coupons until one does",
-                        exc,
+                        error,
                     )
             elif outcome.status == "ISSUED":
                 logger.warning("coupon for %s/%s not confirmed by a replica", event_id, user_id)
                 outcome = Outcome("NOT_DURABLE", remaining=outcome.remaining)
                 self.unsettled.add(event_id, user_id)
-        except (OSError, TimeoutError, ConnectionError) as exc:
+        elif isinstance(error, (OSError, TimeoutError, ConnectionError)):
             self.unsettled.add(event_id, user_id)
-            raise IssuerUnavailable(f"{exc!r} within {seconds:.2f}s") from exc
-        except Exception as exc:
+            raise IssuerUnavailable(f"{error!r} within {seconds:.2f}s") from error
+        elif error.__class__.__module__.startswith("redis"):
             # redis-py's own error classes (ConnectionError, TimeoutError, ClusterError) do not
             # all derive from the builtins; anything else from the call is Redis being unusable.
-            if exc.__class__.__module__.startswith("redis"):
-                self.unsettled.add(event_id, user_id)
-                raise IssuerUnavailable(repr(exc)) from exc
-            raise
+            self.unsettled.add(event_id, user_id)
+            raise IssuerUnavailable(repr(error)) from error
         else:
-            if self._degraded:
-                self._degraded = False
-                logger.warning("durability restored: a replica confirms writes again")
+            raise error
         if keyed and outcome.status == "ISSUED":
             self.replays.put(event_id, user_id, request_id, reply)
         if proves_sold_out(outcome):
@@ -361,3 +439,15 @@ class IssueService:
         """The event was deleted: drop its flag and its metric series."""
         self.supply_changed(event_id)
         metrics.forget_event(event_id)
+
+
+def _reply_or_error(future: asyncio.Future[Any], seconds: float) -> tuple[Any, Exception | None]:
+    """A settled call's reply, or its error; a call cancelled at the deadline timed out."""
+    if future.cancelled():
+        return None, TimeoutError(f"no reply within {seconds:.2f}s")
+    error = future.exception()
+    if error is None:
+        return future.result(), None
+    if not isinstance(error, Exception):
+        raise error  # KeyboardInterrupt and the like are not a press's outcome
+    return None, error
