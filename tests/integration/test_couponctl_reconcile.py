@@ -62,7 +62,7 @@ async def issue(redis: Any, event_id: str, count: int) -> list[str]:
     codes = []
     for i in range(count):
         k = keys.issue_keys(event_id)
-        (reply,) = await redis.eval(ISSUE.source, 4, *k, f"u{i}", f"r{i}", "")
+        (reply,) = await redis.eval(ISSUE.source, 5, *k, f"u{i}", f"r{i}", "", "", "")
         assert reply[0] == b"ISSUED", reply
         codes.append(reply[4].decode())
     return codes
@@ -276,7 +276,14 @@ async def test_issuance_racing_a_lowering_is_refused_and_catalog_restored(
         if done == 0:
             for i in range(5):
                 (reply,) = shoppers.eval(
-                    ISSUE.source, 4, *keys.issue_keys(spec.event_id), f"late{i}", f"rl{i}", ""
+                    ISSUE.source,
+                    5,
+                    *keys.issue_keys(spec.event_id),
+                    f"late{i}",
+                    f"rl{i}",
+                    "",
+                    "",
+                    "",
                 )
                 assert reply[0] == b"ISSUED"
 

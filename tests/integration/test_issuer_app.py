@@ -391,3 +391,61 @@ async def test_a_batch_answers_each_press_as_it_would_be_answered_alone(
             'flashcoupon_http_requests_total{method="POST",route="/internal/v1/issue-batch",'
             'service="issuer",status="200"}' in metrics
         )
+
+
+async def test_a_press_asking_for_an_allowance_is_answered_with_it(
+    stack, redis_cluster, events
+) -> None:
+    """The gateway's per-user limit decided by the issuer (issue.lua): batched or alone, the
+    answer says what the allowance left; the press it refuses is a 429 RATE_LIMITED (user
+    scope) that issues nothing; a malformed allowance header is a 400."""
+    from flashcoupon_common import issue_batch
+    from flashcoupon_common.issue_batch import Press
+
+    ev = await provisioned(redis_cluster, events, 5)
+    slow = (60_000_000, 2)  # one press a minute, two at once
+    async with (
+        running(create_app(settings(stack))) as app,
+        client(app, "http://i") as http,
+    ):
+        r = await http.post(
+            issue_batch.BATCH_PATH,
+            content=issue_batch.encode_presses(
+                [
+                    Press(ev, "ann", "ann-1", None, slow),
+                    Press(ev, "ann", None, None, slow),
+                    Press(ev, "ann", None, None, slow),
+                    Press(ev, "bob", None, None),
+                ]
+            ),
+        )
+        assert r.status_code == 200, r.text
+        answers = issue_batch.decode_answers(r.content, 4)
+        assert [a[0] for a in answers] == [201, 409, 429, 201]
+        said = [dict(a[1]).get(issue_batch.ALLOWANCE_HEADER.lower().encode()) for a in answers]
+        assert [issue_batch.parse_allowance(s.decode()) if s else None for s in said] == [
+            (1, 60_000_000, 0),
+            (0, 120_000_000, 0),
+            (0, 120_000_000, 60_000_000),
+            None,  # bob asked for none
+        ]
+        refused = orjson.loads(answers[2][2])
+        assert refused["code"] == "RATE_LIMITED" and refused["scope"] == "user"
+        assert dict(answers[2][1])[b"retry-after"] == b"60"
+        # Alone: her keyed first press again is a replay (never refused), a new one is not.
+        header = issue_batch.ALLOWANCE_LIMIT_HEADER
+        limit = f"{slow[0]} {slow[1]}"
+        user = {"X-Flashcoupon-User": "ann"}
+        replay = await http.post(
+            ISSUE.format(ev), headers={**user, "Idempotency-Key": "ann-1", header: limit}
+        )
+        assert replay.status_code == 201 and issue_batch.ALLOWANCE_HEADER not in replay.headers
+        again = await http.post(ISSUE.format(ev), headers={**user, header: limit})
+        assert again.status_code == 429 and again.json()["code"] == "RATE_LIMITED"
+        left, _, retry = issue_batch.parse_allowance(again.headers[issue_batch.ALLOWANCE_HEADER])
+        assert left == 0 and 0 < retry <= 60_000_000
+        for bad in ("0 2", "60000000", "x y"):
+            r = await http.post(ISSUE.format(ev), headers={**user, header: bad})
+            assert r.status_code == 400 and r.json()["code"] == "MALFORMED_ALLOWANCE", r.text
+        state = await event_state.read_state(redis_cluster, ev)
+        assert state is not None and state.issued == 2  # ann's and bob's

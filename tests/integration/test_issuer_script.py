@@ -36,7 +36,7 @@ async def provisioned(redis, cleanup: list[str], spec: EventSpec) -> EventSpec:
 
 
 async def issue(redis, eid: str, user: str, rid: str, tp: str = "") -> list:
-    (reply,) = await redis.eval(ISSUE.source, 4, *keys.issue_keys(eid), user, rid, tp)
+    (reply,) = await redis.eval(ISSUE.source, 5, *keys.issue_keys(eid), user, rid, tp, "", "")
     return [v.decode() if isinstance(v, bytes) else v for v in reply]
 
 
@@ -76,8 +76,8 @@ async def test_presses_in_one_call_are_decided_as_separate_calls_would_be(
         ("carol", "r4"),  # the last coupon
         ("dave", "r5"),
     ]
-    args = [v for user, rid in presses for v in (user, rid, "")]
-    replies = await redis_cluster.eval(ISSUE.source, 4, *keys.issue_keys(eid), *args)
+    args = [v for user, rid in presses for v in (user, rid, "", "", "")]
+    replies = await redis_cluster.eval(ISSUE.source, 5, *keys.issue_keys(eid), *args)
     replies = [[v.decode() if isinstance(v, bytes) else v for v in r] for r in replies]
     assert [r[0] for r in replies] == [
         "ISSUED",
@@ -99,10 +99,10 @@ async def test_presses_in_one_call_are_decided_as_separate_calls_would_be(
     assert (await issue(redis_cluster, eid, "erin", "r6"))[0] == "SOLD_OUT"
 
 
-async def test_presses_must_come_in_triples(redis_cluster, cleanup) -> None:
+async def test_presses_must_come_in_quintuples(redis_cluster, cleanup) -> None:
     spec = await provisioned(redis_cluster, cleanup, make_spec(3))
-    with pytest.raises(Exception, match="triples"):
-        await redis_cluster.eval(ISSUE.source, 4, *keys.issue_keys(spec.event_id), "alice", "r1")
+    with pytest.raises(Exception, match="quintuples"):
+        await redis_cluster.eval(ISSUE.source, 5, *keys.issue_keys(spec.event_id), "alice", "r1")
     state = await event_state.read_state(redis_cluster, spec.event_id)
     assert state is not None and state.issued == 0
 
@@ -189,3 +189,62 @@ async def test_provision_is_idempotent_raises_and_refuses_lowering(redis_cluster
 
 def _fields(spec: EventSpec) -> dict:
     return {f: getattr(spec, f) for f in spec.__dataclass_fields__}
+
+
+async def test_the_shoppers_allowance_is_decided_with_the_issue_as_gcra_decides(
+    redis_cluster, cleanup
+) -> None:
+    """A press that carries an allowance (the gateway's per-user limit) is decided by the
+    script with the issue, exactly as gcra.decide would (one run: one server clock); a replay
+    is never refused nor debited, a press without an allowance is not limited, a refused press
+    issues nothing, and the allowance hash expires once its TATs have passed."""
+    from flashcoupon_gateway.gcra import Limit, decide
+
+    spec = await provisioned(redis_cluster, cleanup, make_spec(10))
+    eid = spec.event_id
+    limit = Limit(1.0, 3)
+    allow = (str(limit.interval_us), str(limit.burst))
+    presses = [
+        ("ann", "r1", *allow),
+        ("ann", "r1", *allow),  # her first press again: the coupon, not limited
+        ("bob", "r2", "", ""),  # no allowance asked: not limited here
+        ("ann", "r3", *allow),  # DUPLICATE, debited
+        ("ann", "r4", *allow),
+        ("ann", "r5", *allow),  # the fourth within her burst of 3: refused
+        ("cid", "r6", *allow),  # another shopper: his own allowance
+    ]
+    args = [v for user, rid, interval, burst in presses for v in (user, rid, "", interval, burst)]
+    replies = await redis_cluster.eval(ISSUE.source, 5, *keys.issue_keys(eid), *args)
+    replies = [[v.decode() if isinstance(v, bytes) else v for v in r] for r in replies]
+    assert [r[0] for r in replies] == [
+        "ISSUED", "ISSUED", "ISSUED", "DUPLICATE", "DUPLICATE", "LIMITED", "ISSUED",
+    ]  # fmt: skip
+    # The reference: ann's four decisions at one instant, then cid's first.
+    tat, expected = None, []
+    for _ in range(4):
+        d = decide(tat, 0, limit)
+        expected.append((d.allowed, d.remaining, d.reset_us, d.retry_after_us))
+        tat = d.new_tat if d.allowed else tat
+    ann = [replies[0], replies[3], replies[4], replies[5]]
+    got = [(r[0] != "LIMITED", r[-2], r[-1], r[1] if r[0] == "LIMITED" else 0) for r in ann]
+    assert (
+        got
+        == expected
+        == [
+            (True, 2, 1_000_000, 0),
+            (True, 1, 2_000_000, 0),
+            (True, 0, 3_000_000, 0),
+            (False, 0, 3_000_000, 1_000_000),
+        ]
+    )
+    assert replies[6][-2:] == [2, 1_000_000]
+    assert len(replies[1]) == 12 and replies[1][2] == 1  # the replay: no allowance values
+    assert len(replies[2]) == 12  # bob: none either
+    assert replies[5] == ["LIMITED", 1_000_000, 0, 0, 0, 3_000_000]
+    state = await event_state.read_state(redis_cluster, eid)
+    assert state is not None and state.issued == 3  # ann, bob, cid; nothing for the refusal
+    allowance = await redis_cluster.hgetall(keys.allowance_key(eid))
+    assert set(allowance) == {b"ann", b"cid"}
+    assert 0 < await redis_cluster.pttl(keys.allowance_key(eid)) <= 3_001
+    await event_state.delete_state(redis_cluster, eid)
+    assert not await redis_cluster.exists(keys.allowance_key(eid))

@@ -155,7 +155,7 @@ async def test_refused_update_keeps_running_event_and_says_why(memo: kopf.Memo, 
     first = await run_apply(name, spec_body(), memo)
     for i in range(30):
         k = keys.issue_keys(name)
-        (reply,) = await memo.redis.eval(ISSUE.source, 4, *k, f"u{i}", f"r{i}", "")
+        (reply,) = await memo.redis.eval(ISSUE.source, 5, *k, f"u{i}", f"r{i}", "", "", "")
         assert reply[0] == b"ISSUED"
     status = await run_apply(name, spec_body(quantity=10), memo, status=first, generation=2)
     accepted = cond(status, "SpecAccepted")
@@ -201,7 +201,7 @@ async def test_mysql_down_is_a_temporary_error_with_failed_phase(
 
 async def test_delete_waits_for_mysql_unless_forced(memo: kopf.Memo, name: str) -> None:
     await run_apply(name, spec_body(), memo)
-    await memo.redis.eval(ISSUE.source, 4, *keys.issue_keys(name), "u1", "r1", "")
+    await memo.redis.eval(ISSUE.source, 5, *keys.issue_keys(name), "u1", "r1", "", "", "")
     with pytest.raises(kopf.TemporaryError) as info:
         await handlers.cleanup(name=name, meta={}, memo=memo)
     assert "not in MySQL yet" in str(info.value)

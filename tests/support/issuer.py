@@ -94,7 +94,14 @@ async def issue_coupons(redis: Any, n: int) -> EventSpec:
     await event_state.provision(redis, spec)
     for i in range(n):
         (reply,) = await redis.eval(
-            lua.ISSUE.source, 4, *keys.issue_keys(spec.event_id), f"user-{i}", f"req-{i}", ""
+            lua.ISSUE.source,
+            5,
+            *keys.issue_keys(spec.event_id),
+            f"user-{i}",
+            f"req-{i}",
+            "",
+            "",
+            "",
         )
         assert reply[0] in (b"ISSUED", "ISSUED"), reply
     return spec

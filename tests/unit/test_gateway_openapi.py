@@ -54,6 +54,7 @@ INTERNAL = {
     (400, "MISSING_USER"),  # the gateway always sets X-Flashcoupon-User
     (400, "INVALID_USER"),  # the gateway's token check admits only ids the services accept
     (400, "MALFORMED_BATCH"),  # the gateway writes the batches (flashcoupon_common.issue_batch)
+    (400, "MALFORMED_ALLOWANCE"),  # and the allowance header (the same module)
     (500, "INTERNAL"),  # a bug, never part of the contract
 }
 

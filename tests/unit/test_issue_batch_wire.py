@@ -53,3 +53,27 @@ def test_presses_that_are_not_a_batch_are_refused(raw: bytes) -> None:
 def test_answers_that_do_not_match_the_presses_are_refused(raw: bytes) -> None:
     with pytest.raises(BatchError):
         decode_answers(raw, 2)
+
+
+def test_a_press_carries_its_allowance_only_when_asked() -> None:
+    """Four elements without an allowance (what an issuer that predates it reads), five with."""
+    from flashcoupon_common.issue_batch import allowance_limit, format_allowance, parse_allowance
+
+    plain, limited = Press("ev", "ann", None, None), Press("ev", "bob", "k", None, (500_000, 5))
+    raw = encode_presses([plain, limited])
+    assert raw == b'[["ev","ann",null,null],["ev","bob","k",null,[500000,5]]]'
+    assert decode_presses(raw) == [plain, limited]
+    assert decode_presses(b'[["ev","ann",null,null,null]]') == [plain]
+    assert allowance_limit("500000 5") == (500_000, 5) == allowance_limit([500_000, 5])
+    for bad in ("", "1", "0 5", "5 0", "-1 5", "a b", "1 2 3", [True, 5], [1.5, 5], [1, "x"]):
+        assert allowance_limit(bad) is None, bad
+    assert parse_allowance(format_allowance(4, 2_500_000, 0)) == (4, 2_500_000, 0)
+    assert parse_allowance("4 2") is None and parse_allowance("-1 2 3") is None
+
+
+@pytest.mark.parametrize("allowance", [b"[0, 5]", b"[5]", b'"5 5"', b"[true, 5]", b"5"])
+def test_a_press_whose_allowance_is_not_two_positive_integers_is_refused(
+    allowance: bytes,
+) -> None:
+    with pytest.raises(BatchError, match="allowance"):
+        decode_presses(b'[["ev","ann",null,null,' + allowance + b"]]")

@@ -320,12 +320,12 @@ def test_a_batch_of_presses_is_answered_as_each_press_alone() -> None:
         "unconfirmed": NotReplicatedError([b"ISSUED", 6, 0, 1, *COUPON], 0),
         "paused": [b"PAUSED", 0, 0, 0],
     }
-    presses = [(f"ev-{u}", u, f"k-{u}", "", True) for u in replies]
+    presses = [(f"ev-{u}", u, f"k-{u}", "", True, None) for u in replies]
 
     async def alone() -> list[Any]:
         service = IssueService(_by_user(replies), SoldOutCache(ttl=60), holders=NOBODY)
         outcomes: list[Any] = []
-        for event_id, user, key, tp, keyed in presses:
+        for event_id, user, key, tp, keyed, _ in presses:
             try:
                 outcomes.append(
                     await service.issue(event_id, user, key, tp, keyed=keyed, budget_ms=2000)
@@ -372,7 +372,8 @@ def test_a_batch_answers_at_its_deadline_and_cancels_what_did_not_reply() -> Non
         service = IssueService(call, SoldOutCache(ttl=60), holders=NOBODY)
         started = loop.time()
         answered, silent = await service.issue_many(
-            [("ev", "answered", "k1", "", True), ("ev", "silent", "k2", "", True)], budget_ms=100
+            [("ev", "answered", "k1", "", True, None), ("ev", "silent", "k2", "", True, None)],
+            budget_ms=100,
         )
         assert loop.time() - started < 1.0  # the 50 ms floor of call_budget, not 15 s
         assert not isinstance(answered, IssuerUnavailable) and answered.status == "ISSUED"
@@ -401,8 +402,11 @@ def test_a_batch_after_the_sell_out_loads_holders_once_and_counts_each_press_onc
         service.replays.put("ev-h", "keyed", "k1", [b"ISSUED", 0, 0, 1, *COUPON])
         service.learn_sold_out("ev-h")
         local_before = sample("flashcoupon_issuer_sold_out_local_total", event="ev-h")
-        presses = [("ev-h", f"u{i}", "r", "", False) for i in range(5)]
-        presses += [("ev-h", "keyed", "k1", "", True), ("ev-h", "held", "r2", "", False)]
+        presses: list[Any] = [("ev-h", f"u{i}", "r", "", False, None) for i in range(5)]
+        presses += [
+            ("ev-h", "keyed", "k1", "", True, None),
+            ("ev-h", "held", "r2", "", False, None),
+        ]
         outcomes = await service.issue_many(presses)
         assert [_summary(o)[0] for o in outcomes] == ["SOLD_OUT"] * 5 + ["ISSUED", "DUPLICATE"]
         assert outcomes[5].replay  # type: ignore[union-attr]
@@ -411,3 +415,21 @@ def test_a_batch_after_the_sell_out_loads_holders_once_and_counts_each_press_onc
         assert local == local_before + 5
 
     asyncio.run(scenario())
+
+
+def test_the_allowance_ends_a_reply_that_asked_for_it() -> None:
+    """issue.lua appends (left, reset us) to the reply of a press whose allowance it decided;
+    LIMITED carries the retry-after where other replies carry the stock."""
+    from flashcoupon_issuer.issuance import Allowance
+
+    issued = parse_reply([b"ISSUED", 41, 0, 1, *COUPON, 4, 500_000])
+    assert issued.status == "ISSUED" and issued.remaining == 41
+    assert issued.coupons[0].code == "ABCD0123456789"
+    assert issued.allowance == Allowance(4, 500_000, 0)
+    assert parse_reply([b"ISSUED", 41, 0, 1, *COUPON]).allowance is None
+    duplicate = parse_reply([b"DUPLICATE", -1, 0, 2, *COUPON, *COUPON, 0, 2_000_000])
+    assert len(duplicate.coupons) == 2 and duplicate.allowance == Allowance(0, 2_000_000, 0)
+    limited = parse_reply([b"LIMITED", 300_000, 0, 0, 0, 2_300_000])
+    assert limited.status == "LIMITED" and limited.remaining is None and not limited.coupons
+    assert limited.allowance == Allowance(0, 2_300_000, 300_000)
+    assert parse_reply([b"NOT_STARTED", 5000, 0, 0, 3, 10]).at_ms == 5000

@@ -146,7 +146,9 @@ def test_the_issuer_records_its_own_span_in_the_outbox_and_logs_in_it(
 ) -> None:
     written: list[str] = []
 
-    async def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Any:
+    async def call(
+        event_id: str, user: str, rid: str, tp: str, deadline: float | None, allowance: Any
+    ) -> Any:
         written.append(tp)
         return [b"ISSUED", 41, 0, 1, *COUPON]
 

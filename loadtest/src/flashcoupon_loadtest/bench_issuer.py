@@ -62,7 +62,7 @@ async def _provision(
         await event_state.provision(client, bench_spec(eid, 10_000_000))
     sold = f"bench-sold-{run}"
     await event_state.provision(client, bench_spec(sold, 1))
-    await client.eval(ISSUE.source, 4, *keys.issue_keys(sold), "first", "r-first", "")
+    await client.eval(ISSUE.source, 5, *keys.issue_keys(sold), "first", "r-first", "", "", "")
     events["soldout"] = sold
     masters = {}
     for path, eid in events.items():

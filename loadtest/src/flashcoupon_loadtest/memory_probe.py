@@ -54,7 +54,7 @@ async def probe(records: int, user_len: int) -> dict[str, Any]:
                     batcher.call(
                         ISSUE,
                         keys.issue_keys(eid),
-                        (f"u{i:0{user_len - 1}d}", uuid.uuid4().hex[:20], ""),
+                        (f"u{i:0{user_len - 1}d}", uuid.uuid4().hex[:20], "", "", ""),
                     )
                     for i in range(start, min(records, start + step))
                 )

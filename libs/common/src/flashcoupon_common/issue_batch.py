@@ -8,9 +8,16 @@ cheap on both sides: HTTP parsing, ASGI dispatch and the write per request were 
 forwarded press's CPU (docs/gateway.md, "Forwarding presses in batches").
 
 Request body: a JSON array, one `[eventId, userId, idempotencyKey|null, traceparent|null]`
-per press. Answer body: a JSON array in the same order, one `[status, [[name, value], ...],
-body]` per press — the headers the lone answer would have had but Content-Length, and the
-body as a string of its bytes read as Latin-1 (any bytes survive the round trip).
+per press, or with a fifth element `[intervalUs, burst]` when the issue script is to decide
+the shopper's allowance (the gateway's per-user, per-event rate limit) with the issue. Answer
+body: a JSON array in the same order, one `[status, [[name, value], ...], body]` per press —
+the headers the lone answer would have had but Content-Length, and the body as a string of
+its bytes read as Latin-1 (any bytes survive the round trip).
+
+A lone press asks for the allowance with `X-Flashcoupon-Allowance-Limit: <intervalUs>
+<burst>`; the answer to a press whose allowance was decided carries `X-Flashcoupon-Allowance:
+<left> <resetUs> <retryAfterUs>` (retry > 0: refused, a 429 RATE_LIMITED). Both are internal:
+the gateway turns the second into its own RateLimit headers and never relays it.
 """
 
 from __future__ import annotations
@@ -25,11 +32,44 @@ MAX_PRESSES = 1024  # per batch; the gateway sends at most ISSUE_BATCH_MAX (256 
 MAX_BYTES = 1 << 20
 
 
+ALLOWANCE_LIMIT_HEADER = "X-Flashcoupon-Allowance-Limit"
+ALLOWANCE_HEADER = "X-Flashcoupon-Allowance"
+
+
 class Press(NamedTuple):
     event_id: str
     user: str
     key: str | None
     traceparent: str | None
+    allowance: tuple[int, int] | None = None  # (interval µs, burst) for issue.lua to decide
+
+
+def allowance_limit(value: object) -> tuple[int, int] | None:
+    """(interval µs, burst) from a batch's fifth element or the lone header's two numbers;
+    None when `value` is not two positive integers."""
+    if isinstance(value, str):
+        value = value.split()
+    if (
+        isinstance(value, list)
+        and len(value) == 2
+        and all(type(v) is int or (isinstance(v, str) and v.isdigit()) for v in value)
+    ):
+        interval, burst = int(value[0]), int(value[1])
+        if interval > 0 and burst > 0:
+            return interval, burst
+    return None
+
+
+def format_allowance(left: int, reset_us: int, retry_after_us: int) -> str:
+    return f"{left} {reset_us} {retry_after_us}"
+
+
+def parse_allowance(value: str) -> tuple[int, int, int] | None:
+    """(left, reset µs, retry-after µs) from X-Flashcoupon-Allowance; None if malformed."""
+    parts = value.split()
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
 
 
 # (status, headers as (lowercase name, value) byte pairs, body), as flashcoupon_common.http1
@@ -46,7 +86,9 @@ def _optional_str(value: object) -> bool:
 
 
 def encode_presses(presses: Sequence[Press]) -> bytes:
-    return orjson.dumps([tuple(p) for p in presses])  # orjson writes no tuple subclass
+    # Four elements unless the allowance is asked for: what an issuer without it reads.
+    # (orjson writes no tuple subclass: hence tuple().)
+    return orjson.dumps([tuple(p) if p.allowance else tuple(p[:4]) for p in presses])
 
 
 def decode_presses(raw: bytes) -> list[Press]:
@@ -62,16 +104,22 @@ def decode_presses(raw: bytes) -> list[Press]:
     for item in items:
         if (
             not isinstance(item, list)
-            or len(item) != 4
+            or len(item) not in (4, 5)
             or not isinstance(item[0], str)
             or not isinstance(item[1], str)
             or not _optional_str(item[2])
             or not _optional_str(item[3])
         ):
             raise BatchError(
-                "each press must be [eventId, userId, key or null, traceparent or null]"
+                "each press must be [eventId, userId, key or null, traceparent or null"
+                ", optionally [intervalUs, burst] or null]"
             )
-        presses.append(Press(*item))
+        limit = None
+        if len(item) == 5 and item[4] is not None:
+            limit = allowance_limit(item[4]) if isinstance(item[4], list) else None
+            if limit is None:
+                raise BatchError("a press's allowance must be [intervalUs, burst], both > 0")
+        presses.append(Press(item[0], item[1], item[2], item[3], limit))
     return presses
 
 

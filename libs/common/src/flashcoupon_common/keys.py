@@ -48,10 +48,22 @@ def users_key(event_id: str) -> str:
     return event_tag(event_id) + ":users"
 
 
+def allowance_key(event_id: str) -> str:
+    """HASH: user id → GCRA TAT (µs) of the shopper's per-event allowance, when the gateway
+    has issue.lua decide it; expires once every TAT in it has passed."""
+    return event_tag(event_id) + ":allow"
+
+
 @functools.lru_cache(maxsize=10_000)
-def issue_keys(event_id: str) -> tuple[str, str, str, str]:
+def issue_keys(event_id: str) -> tuple[str, str, str, str, str]:
     """KEYS of issue.lua, in order (cached: the issuer asks for them on every request)."""
-    return config_key(event_id), stock_key(event_id), users_key(event_id), outbox_key(event_id)
+    return (
+        config_key(event_id),
+        stock_key(event_id),
+        users_key(event_id),
+        outbox_key(event_id),
+        allowance_key(event_id),
+    )
 
 
 def event_keys(event_id: str) -> tuple[str, ...]:

@@ -30,17 +30,26 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
 from flashcoupon_issuer import http, metrics
-from flashcoupon_issuer.issuance import IssueService, ScriptCall, SoldOutCache
+from flashcoupon_issuer.issuance import AllowanceLimit, IssueService, ScriptCall, SoldOutCache
 from flashcoupon_issuer.settings import IssuerSettings
 
 logger = logging.getLogger(__name__)
+_NO_ALLOWANCE = ("", "")  # issue.lua's two allowance values for a press it does not limit
 
 
 def batched_call(batcher: ScriptBatcher) -> ScriptCall:
     # The lifespan initializes the cluster client before serving, so `submit` may be used: the
     # reply's future is awaited by IssueService directly (a coroutine frame less per request).
-    def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Awaitable[Any]:
-        return batcher.submit(ISSUE, keys.issue_keys(event_id), (user, rid, tp), deadline)
+    def call(
+        event_id: str,
+        user: str,
+        rid: str,
+        tp: str,
+        deadline: float | None,
+        allowance: AllowanceLimit,
+    ) -> Awaitable[Any]:
+        args = (user, rid, tp, *(allowance or _NO_ALLOWANCE))
+        return batcher.submit(ISSUE, keys.issue_keys(event_id), args, deadline)
 
     return call
 
@@ -48,12 +57,20 @@ def batched_call(batcher: ScriptBatcher) -> ScriptCall:
 def naive_call(redis: RedisCluster) -> ScriptCall:
     """One EVALSHA round trip per request (the benchmark's baseline)."""
 
-    async def call(event_id: str, user: str, rid: str, tp: str, deadline: float | None) -> Any:
+    async def call(
+        event_id: str,
+        user: str,
+        rid: str,
+        tp: str,
+        deadline: float | None,
+        allowance: AllowanceLimit,
+    ) -> Any:
         k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
+        args = (user, rid, tp, *(allowance or _NO_ALLOWANCE))
         try:
-            replies = await redis.evalsha(ISSUE.sha, 4, *k, user, rid, tp)
+            replies = await redis.evalsha(ISSUE.sha, len(k), *k, *args)
         except NoScriptError:
-            replies = await redis.eval(ISSUE.source, 4, *k, user, rid, tp)
+            replies = await redis.eval(ISSUE.source, len(k), *k, *args)
         return replies[0]  # one press: the first (only) reply
 
     return call

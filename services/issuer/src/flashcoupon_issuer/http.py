@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import re
 import time
@@ -35,6 +36,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from flashcoupon_issuer.issuance import (
+    AllowanceLimit,
     Coupon,
     IssuerUnavailable,
     IssueService,
@@ -54,6 +56,8 @@ _PROBLEM = PROBLEM_JSON.encode()
 USER_HEADER = "x-flashcoupon-user"
 # Milliseconds the caller (the gateway) will still wait for this answer (docs/issuer.md).
 DEADLINE_HEADER = b"x-flashcoupon-deadline-ms"
+_ALLOWANCE_LIMIT = issue_batch.ALLOWANCE_LIMIT_HEADER.lower().encode()
+_ALLOWANCE = issue_batch.ALLOWANCE_HEADER.lower().encode()
 MAX_USER_LEN = 128  # user_coupons.user_id is VARCHAR(128)
 TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
@@ -116,6 +120,19 @@ def outcome_response(event_id: str, user_id: str, o: Outcome) -> Response:
         return problem(423, "PAUSED", f"event {event_id} is paused", headers={"Retry-After": "5"})
     if o.status == "NOT_FOUND":
         return problem(404, "EVENT_NOT_FOUND", f"no event {event_id}")
+    if o.status == "LIMITED":
+        # The gateway answers its own 429 from the allowance header (with RateLimit-*); this
+        # body is what a direct caller that asked for an allowance sees.
+        retry_us = o.allowance.retry_after_us if o.allowance else 0
+        retry = max(1, math.ceil(retry_us / 1_000_000))
+        return problem(
+            429,
+            "RATE_LIMITED",
+            f"too many requests (user limit); retry after {retry}s",
+            headers={"Retry-After": str(retry)},
+            scope="user",
+            retryAfterMs=math.ceil(retry_us / 1000),
+        )
     if o.status == "NOT_DURABLE":
         return problem(
             503,
@@ -199,50 +216,58 @@ class IssueEdge:
         service: IssueService = scope["state"]["service"]
         start = time.perf_counter()
         if tracing.ENABLED:  # each press in its own spans, as a lone press
-            responses = await in_order([self.press(service, *p, budget) for p in presses])
+            responses = await in_order([self.press(service, *p[:4], budget, p[4]) for p in presses])
+            answers = [(r.status_code, r.raw_headers, bytes(r.body)) for r in responses]
         else:
-            responses = await self._batch_responses(service, presses, budget)
-        for r in responses:
-            self._metrics.record(r.status_code, start)
-        body = issue_batch.encode_answers(
-            [(r.status_code, r.raw_headers, bytes(r.body)) for r in responses]
-        )
-        return Response(body, 200, media_type="application/json")
+            answers = await self._batch_answers(service, presses, budget)
+        for status, _, _ in answers:
+            self._metrics.record(status, start)
+        return Response(issue_batch.encode_answers(answers), 200, media_type="application/json")
 
-    async def _batch_responses(
+    async def _batch_answers(
         self, service: IssueService, presses: list[issue_batch.Press], budget: int | None
-    ) -> list[Response]:
+    ) -> list[issue_batch.Answer]:
         """Each press's answer, as `press` gives it alone; the valid ones issued together
         (IssueService.issue_many: no task or timer per press)."""
-        responses: list[Response | None] = []
+        answers: list[issue_batch.Answer | None] = []
         valid: list[PressArgs] = []
-        for event_id, user, key, tp in presses:
+        for event_id, user, key, tp, allowance in presses:
             refused = _check(event_id, user, key)
-            responses.append(refused)
+            answers.append(None if refused is None else _answer(refused, None))
             if refused is None:
                 if tp and not TRACEPARENT_RE.fullmatch(tp):
                     tp = None  # dropped, not an error, as for a lone press
                 rid = key or os.urandom(10).hex()
-                valid.append((event_id, user, rid, tp or "", key is not None))
+                valid.append((event_id, user, rid, tp or "", key is not None, allowance))
         outcomes = iter(await service.issue_many(valid, budget))
-        for i, (event_id, user, _, _) in enumerate(presses):
-            if responses[i] is None:
+        for i, (event_id, user, *_) in enumerate(presses):
+            if answers[i] is None:
                 outcome = next(outcomes)
                 if isinstance(outcome, IssuerUnavailable):
                     logger.warning("issue for %s unavailable: %s", event_id, outcome)
-                    responses[i] = self._respond(event_id, user, None)
+                    answers[i] = _answer(self._respond(event_id, user, None), None)
                 else:
-                    responses[i] = self._respond(event_id, user, outcome)
-        return [r for r in responses if r is not None]  # each press has its answer by now
+                    answers[i] = _answer(self._respond(event_id, user, outcome), outcome)
+        return [a for a in answers if a is not None]  # each press has its answer by now
 
     async def _issue(self, scope: Scope, event_id: str) -> Response:
         user = key = tp = None
         budget: int | None = None
+        allowance: AllowanceLimit = None
         raw_user = b""
         for name, value in scope["headers"]:
             if name == b"x-flashcoupon-user":
                 raw_user = value
                 user = user_from_header(value)
+            elif name == _ALLOWANCE_LIMIT:
+                allowance = issue_batch.allowance_limit(value.decode("latin-1"))
+                if allowance is None:
+                    return problem(
+                        400,
+                        "MALFORMED_ALLOWANCE",
+                        f"{issue_batch.ALLOWANCE_LIMIT_HEADER} must be '<intervalUs> <burst>', "
+                        "both > 0",
+                    )
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
             elif name == b"traceparent":
@@ -251,7 +276,8 @@ class IssueEdge:
                 budget = deadline_budget(value)
         if raw_user and user is None:
             return problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
-        return await self.press(scope["state"]["service"], event_id, user, key, tp, budget)
+        service = scope["state"]["service"]
+        return await self.press(service, event_id, user, key, tp, budget, allowance)
 
     async def press(
         self,
@@ -261,8 +287,9 @@ class IssueEdge:
         key: str | None,
         tp: str | None,
         budget: int | None,
+        allowance: AllowanceLimit = None,
     ) -> Response:
-        """One shopper's press, as sent alone or in a batch (flashcoupon_issuer.batch)."""
+        """One shopper's press, sent alone or in a batch with tracing on."""
         response = _check(event_id, user, key)
         if response is not None:
             return response
@@ -270,9 +297,9 @@ class IssueEdge:
         if tp and not TRACEPARENT_RE.fullmatch(tp):
             tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
         if tracing.ENABLED:
-            return await self._traced(service, event_id, user, key, tp, budget)
-        outcome = await _outcome(service, event_id, user, key, tp or "", budget)
-        return self._respond(event_id, user, outcome)
+            return await self._traced(service, event_id, user, key, tp, budget, allowance)
+        outcome = await _outcome(service, event_id, user, key, tp or "", budget, allowance)
+        return _with_allowance(self._respond(event_id, user, outcome), outcome)
 
     async def _traced(
         self,
@@ -282,6 +309,7 @@ class IssueEdge:
         key: str | None,
         tp: str | None,
         budget: int | None,
+        allowance: AllowanceLimit,
     ) -> Response:
         """The issue inside a server span (a child of the gateway's) with one child span
         around the script call; the outbox entry records the server span as its parent."""
@@ -289,11 +317,11 @@ class IssueEdge:
         with tracing.span(SPAN_NAME, tp, kind=tracing.SERVER, attributes=attributes) as server:
             with tracing.span(SCRIPT_SPAN, attributes={"db.system": "redis"}) as script:
                 outcome = await _outcome(
-                    service, event_id, user, key, tracing.traceparent_of(server), budget
+                    service, event_id, user, key, tracing.traceparent_of(server), budget, allowance
                 )
                 status = outcome.status if outcome is not None else "UNAVAILABLE"
                 script.set_attribute("flashcoupon.outcome", status)
-            response = self._respond(event_id, user, outcome)
+            response = _with_allowance(self._respond(event_id, user, outcome), outcome)
             server.set_attribute("http.response.status_code", response.status_code)
             logger.debug("issue %s: %s", event_id, status)
             return response
@@ -326,6 +354,7 @@ async def _outcome(
     key: str | None,
     tp: str,
     budget: int | None,
+    allowance: AllowanceLimit,
 ) -> Outcome | None:
     """The service's outcome, or None when Redis could not be used (a 503)."""
     try:
@@ -336,10 +365,37 @@ async def _outcome(
             tp,
             keyed=key is not None,
             budget_ms=budget,
+            allowance=allowance,
         )
     except IssuerUnavailable as exc:
         logger.warning("issue for %s unavailable: %s", event_id, exc)
         return None
+
+
+def _allowance_header(outcome: Outcome | None) -> tuple[bytes, bytes] | None:
+    """X-Flashcoupon-Allowance for an outcome whose allowance the script decided."""
+    if outcome is None or outcome.allowance is None:
+        return None
+    value = issue_batch.format_allowance(*outcome.allowance)
+    return _ALLOWANCE, value.encode("latin-1")
+
+
+def _answer(response: Response, outcome: Outcome | None) -> issue_batch.Answer:
+    """A batched press's answer: the lone response's, with the allowance header if any."""
+    header = _allowance_header(outcome)
+    headers = response.raw_headers if header is None else [*response.raw_headers, header]
+    return response.status_code, headers, bytes(response.body)
+
+
+def _with_allowance(response: Response, outcome: Outcome | None) -> Response:
+    """A lone press's response with the allowance header, if any (a copy: the sold-out
+    answer is shared)."""
+    header = _allowance_header(outcome)
+    if header is None:
+        return response
+    copy = Response(bytes(response.body), response.status_code)
+    copy.raw_headers = [*response.raw_headers, header]
+    return copy
 
 
 async def _body(receive: Receive, max_bytes: int) -> bytes:

@@ -35,7 +35,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from flashcoupon_common.holders import Holders, holds_nothing
 from flashcoupon_common.messages import Discount
@@ -45,10 +45,15 @@ from flashcoupon_issuer import metrics
 
 logger = logging.getLogger(__name__)
 
-# (event id, user id, request id, traceparent, deadline as time.monotonic() or None) → reply
-ScriptCall = Callable[[str, str, str, str, float | None], Awaitable[Any]]
-# One press of IssueService.issue_many: (event id, user id, request id, traceparent, keyed)
-PressArgs = tuple[str, str, str, str, bool]
+# The shopper's per-event allowance the gateway asks issue.lua to decide with the issue:
+# (emission interval in µs, burst); None: not decided here (docs/gateway.md).
+AllowanceLimit = tuple[int, int] | None
+# (event id, user id, request id, traceparent, deadline as time.monotonic() or None,
+#  allowance) → reply
+ScriptCall = Callable[[str, str, str, str, float | None, AllowanceLimit], Awaitable[Any]]
+# One press of IssueService.issue_many:
+# (event id, user id, request id, traceparent, keyed, allowance)
+PressArgs = tuple[str, str, str, str, bool, AllowanceLimit]
 
 
 class IssuerUnavailable(Exception):
@@ -78,13 +83,23 @@ class Coupon:
     expires_at_ms: int
 
 
+class Allowance(NamedTuple):
+    """What the shopper's allowance said about a press it decided (issue.lua)."""
+
+    left: int  # presses still allowed right now, after this one
+    reset_us: int  # until the allowance is full again
+    retry_after_us: int = 0  # > 0: this press was refused (LIMITED)
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    status: str  # ISSUED DUPLICATE SOLD_OUT NOT_STARTED ENDED PAUSED NOT_FOUND NOT_DURABLE
+    # ISSUED DUPLICATE SOLD_OUT NOT_STARTED ENDED PAUSED NOT_FOUND NOT_DURABLE LIMITED
+    status: str
     coupons: tuple[Coupon, ...] = ()
     remaining: int | None = None  # after this request; None when the script did not say
     replay: bool = False  # ISSUED for a request id that had already issued
     at_ms: int | None = None  # startAt for NOT_STARTED, endAt for ENDED
+    allowance: Allowance | None = None  # when the script decided the shopper's allowance
 
 
 SOLD_OUT = Outcome("SOLD_OUT", remaining=0)
@@ -103,8 +118,15 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
     """issue.lua's reply → Outcome (layout documented at the top of issue.lua)."""
     status = _s(reply[0])
     second = int(reply[1])
+    count = int(reply[3])
+    allowance = None
+    if len(reply) > 4 + 8 * count:  # the allowance's two values end the reply
+        left, reset = int(reply[-2]), int(reply[-1])
+        allowance = Allowance(left, reset, second if status == "LIMITED" else 0)
+        if status == "LIMITED":
+            return Outcome(status, allowance=allowance)
     coupons = []
-    for i in range(int(reply[3])):
+    for i in range(count):
         f = reply[4 + 8 * i : 12 + 8 * i]
         kind = _s(f[2])
         coupons.append(
@@ -122,7 +144,7 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
             )
         )
     if status in ("NOT_STARTED", "ENDED"):
-        return Outcome(status, at_ms=second)
+        return Outcome(status, at_ms=second, allowance=allowance)
     return Outcome(
         status,
         coupons=tuple(coupons),
@@ -130,6 +152,7 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
         # placeholder 0 that must not read as "sold out" (issue 10).
         remaining=second if second >= 0 and status in _STOCK_ANSWERS else None,
         replay=int(reply[2]) == 1,
+        allowance=allowance,
     )
 
 
@@ -280,6 +303,7 @@ class IssueService:
         *,
         keyed: bool,
         budget_ms: int | None = None,
+        allowance: AllowanceLimit = None,
     ) -> Outcome:
         local, unknown = self._answer_locally(event_id, user_id, request_id, keyed)
         if unknown:
@@ -288,7 +312,8 @@ class IssueService:
         if local is not None:
             return local
         seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
-        call = self._call(event_id, user_id, request_id, traceparent, time.monotonic() + seconds)
+        deadline = time.monotonic() + seconds
+        call = self._call(event_id, user_id, request_id, traceparent, deadline, allowance)
         try:
             if budget_ms is None:
                 reply = await call
@@ -321,9 +346,9 @@ class IssueService:
         deadline = time.monotonic() + seconds
         results: list[Outcome | IssuerUnavailable | None] = [local for local, _ in decided]
         calls: dict[int, asyncio.Future[Any]] = {}
-        for i, (event_id, user_id, request_id, traceparent, _) in enumerate(presses):
+        for i, (event_id, user_id, request_id, traceparent, _, allowance) in enumerate(presses):
             if results[i] is None:
-                call = self._call(event_id, user_id, request_id, traceparent, deadline)
+                call = self._call(event_id, user_id, request_id, traceparent, deadline, allowance)
                 calls[i] = asyncio.ensure_future(call)
         if calls:
             try:
@@ -336,7 +361,7 @@ class IssueService:
                 future.cancel()  # a cancelled call is never sent again
         settled = [(i, _reply_or_error(f, seconds)) for i, f in calls.items()]
         for i, (reply, error) in settled:
-            event_id, user_id, request_id, _, keyed = presses[i]
+            event_id, user_id, request_id, _, keyed, _ = presses[i]
             try:
                 results[i] = self._conclude(
                     event_id, user_id, request_id, keyed, reply, error, seconds
@@ -399,7 +424,9 @@ class IssueService:
                     )
             elif outcome.status == "ISSUED":
                 logger.warning("coupon for %s/%s not confirmed by a replica", event_id, user_id)
-                outcome = Outcome("NOT_DURABLE", remaining=outcome.remaining)
+                outcome = Outcome(
+                    "NOT_DURABLE", remaining=outcome.remaining, allowance=outcome.allowance
+                )
                 self.unsettled.add(event_id, user_id)
         elif isinstance(error, (OSError, TimeoutError, ConnectionError)):
             self.unsettled.add(event_id, user_id)

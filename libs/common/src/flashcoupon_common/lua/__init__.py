@@ -33,5 +33,5 @@ class LuaScript:
         return cls.from_source(name, source, stride=stride)
 
 
-ISSUE = LuaScript.load("issue", stride=3)
+ISSUE = LuaScript.load("issue", stride=5)
 PROVISION = LuaScript.load("provision")

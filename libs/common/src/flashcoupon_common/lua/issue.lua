@@ -3,13 +3,22 @@
 -- whose Python reference the unit tests compare against this script.
 --
 -- KEYS[1] cfg HASH   KEYS[2] stock HASH   KEYS[3] users HASH   KEYS[4] outbox STREAM
--- ARGV: one or more presses, three values each (LuaScript.stride):
---   user id, request id, traceparent ('' for none)
+-- KEYS[5] allowance HASH (user id -> GCRA TAT in us; see "allowance" below)
+-- ARGV: one or more presses, five values each (LuaScript.stride):
+--   user id, request id, traceparent ('' for none),
+--   allowance interval us and burst ('' '' for none: the press is not rate-limited here)
 --
 -- Reply: one reply per press, in ARGV's order; each {status, remaining, replay, ncoupons,
--- coupon fields x 8 ...}; a coupon is code, tier name, discount type, amount, percent,
--- maxAmount, issued at ms, expires at ms.
--- status: ISSUED | DUPLICATE | SOLD_OUT | NOT_STARTED | ENDED | PAUSED | NOT_FOUND
+-- coupon fields x 8 ..., [allowance left, allowance reset us]}; a coupon is code, tier name,
+-- discount type, amount, percent, maxAmount, issued at ms, expires at ms. The two allowance
+-- values end the reply of every press that asked for an allowance check (and was not a replay).
+-- status: ISSUED | DUPLICATE | SOLD_OUT | NOT_STARTED | ENDED | PAUSED | NOT_FOUND | LIMITED
+-- LIMITED: the shopper's allowance refused the press; `remaining` is then the retry-after in us.
+--
+-- The allowance is the gateway's per-shopper, per-event rate limit (GCRA, the maths of
+-- flashcoupon_gateway/gcra.py:decide and lua/ratelimit.lua), decided here when the gateway asks:
+-- in the same script call as the issue instead of a call of its own (docs/gateway.md, "The
+-- shopper's allowance in the issue call"). A replay is never refused (it issues nothing).
 --
 -- Why several presses per call: the issuer's batcher sends the presses of one event that
 -- arrive together as one call (flashcoupon_common.redis_batch). The call itself, the config
@@ -18,8 +27,9 @@
 -- call and 19 us with 64 (docs/issuer.md). Presses are decided one after another exactly as
 -- separate calls would decide them.
 
-if #ARGV == 0 or #ARGV % 3 ~= 0 then
-  return redis.error_reply('issue.lua: ARGV must be (user id, request id, traceparent) triples')
+if #ARGV == 0 or #ARGV % 5 ~= 0 then
+  return redis.error_reply('issue.lua: ARGV must be (user id, request id, traceparent, '
+    .. 'allowance interval, allowance burst) quintuples')
 end
 local replies = {}
 local cfg = redis.call('HMGET', KEYS[1], 'start', 'end', 'limit', 'paused', 'secret',
@@ -62,10 +72,35 @@ for k = 1, nt do
 end
 local issued_here = 0
 
+-- The shopper's allowance: {granted, left or retry-after us, reset us}. Stale TATs (in the
+-- past) mean a full allowance; the hash expires once every TAT written here has passed.
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local allow_ttl_ms = 0
+local function allowance(user, interval, burst)
+  local tat = tonumber(redis.call('HGET', KEYS[5], user))
+  if tat == nil or tat < now_us then
+    tat = now_us
+  end
+  local room = interval * burst - (tat - now_us)
+  if room < interval then
+    return false, interval - room, tat - now_us
+  end
+  local new_tat = tat + interval
+  -- %.0f: tostring() would print 1.7e+15 and lose the microseconds.
+  redis.call('HSET', KEYS[5], user, string.format('%.0f', new_tat))
+  local ttl = math.ceil((new_tat - now_us) / 1000) + 1
+  if ttl > allow_ttl_ms then
+    allow_ttl_ms = ttl
+  end
+  return true, math.floor(room / interval) - 1, new_tat - now_us
+end
+
 local HALF = 33554432
 local ALPHA = '0123456789ABCDEFGHJKMNPQRSTVWXYZ'
 
-local function press(user, rid, tp)
+local decide -- below: what a press that is neither a replay nor refused is answered
+
+local function press(user, rid, tp, interval, burst)
   -- The user's holdings: "code,tier,issuedAtMs,requestId" entries joined by ';'.
   -- A replay of a request that already issued (a batch retried after a lost reply, a client
   -- retrying with the same Idempotency-Key) must get its coupon back, not DUPLICATE: so this
@@ -87,6 +122,17 @@ local function press(user, rid, tp)
     end
   end
 
+  if interval then
+    local granted, left, reset = allowance(user, interval, burst)
+    if not granted then
+      return {'LIMITED', left, 0, 0}, 0, reset
+    end
+    return decide(held, entries, user, rid, tp), left, reset
+  end
+  return decide(held, entries, user, rid, tp)
+end
+
+decide = function(held, entries, user, rid, tp)
   if cfg[4] == '1' then
     return {'PAUSED', 0, 0, 0}
   end
@@ -168,8 +214,17 @@ local function press(user, rid, tp)
   return reply
 end
 
-for i = 1, #ARGV, 3 do
-  replies[#replies + 1] = press(ARGV[i], ARGV[i + 1], ARGV[i + 2])
+for i = 1, #ARGV, 5 do
+  local reply, left, reset = press(ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]),
+    tonumber(ARGV[i + 4]))
+  if left then
+    reply[#reply + 1] = left
+    reply[#reply + 1] = reset
+  end
+  replies[#replies + 1] = reply
+end
+if allow_ttl_ms > 0 and redis.call('PTTL', KEYS[5]) < allow_ttl_ms then
+  redis.call('PEXPIRE', KEYS[5], allow_ttl_ms)
 end
 
 if issued_here > 0 then
