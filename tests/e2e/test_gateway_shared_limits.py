@@ -11,6 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+from flashcoupon_common import keys
+from flashcoupon_gateway.gcra import Limit
+from flashcoupon_gateway.ratelimit import Check, user_key
 from flashcoupon_loadtest.http1 import Connection, Target, build_request
 
 from tests.support.gateway import bearer, provision, token
@@ -107,3 +110,25 @@ async def test_per_user_limit_holds_across_two_gateways(
     # burst + rate x time, whichever replica answered
     assert 4 + 2 * elapsed - 2 <= admitted <= 4 + 2 * elapsed + 1, (admitted, elapsed)
     assert limited == 60 - admitted
+    # Decided by the issue script (no waiting room, no event cap): the shopper's allowance is
+    # in the event's slot, and the gateways' own limiter never held a key for them.
+    assert await redis_cluster.hexists(keys.allowance_key(spec.event_id), "greedy")
+    own = Check("user", user_key("greedy", f"ev:{spec.event_id}"), Limit(2, 4))
+    assert not await redis_cluster.exists(own.key)
+
+
+async def test_with_an_event_cap_the_gateway_decides_the_shoppers_limit_first(
+    two_gateways: list[Proc], redis_cluster: Any
+) -> None:
+    """A press the shopper's limit refuses must not spend the event's admissions: with a cap,
+    the gateway asks its limiter before the cap, and the issuer decides no allowance."""
+    spec = await provision(
+        redis_cluster, max_per_second=1000, per_user_per_second=1, per_user_burst=2
+    )
+    path = f"/v1/events/{spec.event_id}/issue"
+    async with httpx.AsyncClient(base_url=two_gateways[0].url, timeout=10) as http:
+        statuses = [(await http.post(path, headers=bearer("capped"))).status_code for _ in range(4)]
+    assert statuses[:2] == [201, 409] and statuses[2:] == [429, 429], statuses
+    own = Check("user", user_key("capped", f"ev:{spec.event_id}"), Limit(1, 2))
+    assert await redis_cluster.exists(own.key)
+    assert not await redis_cluster.exists(keys.allowance_key(spec.event_id))

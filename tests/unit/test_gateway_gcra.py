@@ -118,3 +118,46 @@ def test_lease_size_is_bounded_by_demand_burst_and_time() -> None:
     assert lease_size(gcra.Limit(1000, 400), 3) == 3  # no more than local demand
     assert lease_size(gcra.Limit(1000, 400), 1000) == 100  # 100 ms of the rate
     assert lease_size(gcra.Limit(100_000, 200), 10_000) == 50  # a quarter of the burst
+
+
+def test_the_issuer_decides_the_shoppers_limit_only_when_nothing_after_it_depends_on_it() -> None:
+    """carries_allowance: the issue script decides the per-user limit for a known event
+    without a waiting room or an event cap; otherwise the gateway asks its limiter first."""
+    import dataclasses
+
+    from flashcoupon_common.event_spec import AdmissionSpec
+    from flashcoupon_gateway.admission import EventInfo
+    from flashcoupon_gateway.service import carries_allowance
+
+    from tests.support.issuer import make_spec
+
+    def info(**admission: object) -> EventInfo:
+        spec = make_spec(10)
+        return EventInfo(dataclasses.replace(spec, admission=AdmissionSpec(**admission)))  # type: ignore[arg-type]
+
+    assert carries_allowance(info())
+    assert not carries_allowance(EventInfo(None))
+    assert not carries_allowance(info(waiting_room_enabled=True))
+    assert not carries_allowance(info(max_per_second=100))
+
+
+def test_an_allowance_the_issuer_refused_is_remembered_and_answered_as_the_limiter_would() -> None:
+    """The issuer's word on the shopper's allowance becomes the same Outcome, 429 and deny-cache
+    entry as a limiter call's: the next press is refused here, without a call."""
+    import time
+
+    import pytest
+    from flashcoupon_common.http import ProblemError
+    from flashcoupon_gateway.ratelimit import Check, RateLimiter, user_key
+
+    limiter = RateLimiter(None, event_shards=1)  # type: ignore[arg-type]  # no call is made
+    check = Check("user", user_key("ann", "ev:e"), gcra.Limit(2.0, 5))
+    ok = limiter.allowance_outcome(check, (3, 1_000_000, 0), time.monotonic())
+    assert ok.allowed and ok.remaining == 3 and rate_headers([ok])["RateLimit-Remaining"] == "3"
+    with pytest.raises(ProblemError) as refused:
+        limiter.allowance_outcome(check, (0, 2_500_000, 1_500_000), time.monotonic())
+    assert refused.value.status == 429 and refused.value.extra["scope"] == "user"
+    assert refused.value.headers["Retry-After"] == "2"
+    with pytest.raises(ProblemError) as local:
+        limiter.refuse_if_denied(check)
+    assert local.value.status == 429

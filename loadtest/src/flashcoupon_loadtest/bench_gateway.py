@@ -24,12 +24,13 @@ own HS256 JWT in the gateway paths; rounds alternate the order so machine noise 
 The gateway and issuer run from the workspace's console scripts (their own `main()`, the way
 they are deployed), `--processes` workers each; limits are set so they do not bind (the bench
 measures their cost, not their effect). Each round reports req/s and the CPU per request of
-every service process (/proc utime + stime). Ratios: gateway/issuer, soldout/hello,
-issuer/hello, unbatched/gateway, crowd/gateway. Writes loadtest/results/bench-gateway.json.
-`--scheduling` as `make demo` (localrun.batch_scheduling): SCHED_BATCH for every process the
-bench starts (the default), or `default`, the OS's policy, which earlier figures were taken
-under. bench_revisions runs these paths for two revisions in one run (`start_services`,
-`run_paths`).
+every service process (/proc utime + stime) and of the Redis master owning the round's event
+("event master": its issue.lua runs, and the limiter keys that hash there). Ratios:
+gateway/issuer, soldout/hello, issuer/hello, unbatched/gateway, crowd/gateway. Writes
+loadtest/results/bench-gateway.json. `--scheduling` as `make demo` (localrun.batch_scheduling):
+SCHED_BATCH for every process the bench starts (the default), or `default`, the OS's policy,
+which earlier figures were taken under. bench_revisions runs these paths for two revisions in
+one run (`start_services`, `run_paths`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from flashcoupon_common import event_state
+from flashcoupon_common import event_state, keys
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
@@ -85,6 +86,9 @@ RATIOS = {
     "unbatched/gateway": Ratio("unbatched", "gateway"),
 }
 UNBATCHED_ENV = {"FLASHCOUPON_GATEWAY_ISSUE_BATCH_MAX": "0"}
+# The Redis master owning the round's event (its issue.lua, and whatever limiter keys hash
+# there): reported with the services' CPU per request.
+EVENT_MASTER = "event master"
 
 
 @dataclass(frozen=True)
@@ -182,14 +186,19 @@ def service_paths(procs: Mapping[str, Started], prefix: str = "") -> dict[str, P
     return paths
 
 
-async def _provision(quantity: int, tag: str) -> str:
+async def _provision(quantity: int, tag: str) -> tuple[str, int]:
+    """A fresh event, and the pid of the Redis master that owns its slot (runs its issue.lua)."""
     redis = create_redis_cluster(RedisSettings.from_env(stack_env()))
     try:
         # Limits that do not bind: the bench measures their cost, not their effect.
         admission = AdmissionSpec(per_user_per_second=100, per_user_burst=100)
         spec = bench_spec(f"bench-gw-{tag}-{os.urandom(4).hex()}", quantity, admission)
         await event_state.provision(redis, spec)
-        return spec.event_id
+        await redis.initialize()
+        node = redis.get_node_from_key(keys.config_key(spec.event_id))
+        assert node is not None, f"no Redis node owns {spec.event_id}'s slot"
+        pid = int((await node.execute_command("INFO", "server"))["process_id"])
+        return spec.event_id, pid
     finally:
         await redis.aclose()
 
@@ -222,18 +231,20 @@ def measure_path(
 ) -> dict[str, Any]:
     """One round of one path (its event provisioned first; its id appended to `events`)."""
     prefix = f"b{os.urandom(3).hex()}-"
+    watch = dict(spec.watch)
     if spec.kind == "hello":
         event_id = "hello"
     else:
         quantity = 1 if spec.kind == "soldout" else 2 * users  # never sells out mid-round
-        event_id = asyncio.run(_provision(quantity, spec.kind))
+        event_id, master = asyncio.run(_provision(quantity, spec.kind))
         events.append(event_id)
+        watch[EVENT_MASTER] = master
     if spec.kind == "soldout":
         # Sold out through this very gateway, as a crowd would: it learns it before the round.
         sell = _burst("gateway", event_id, 50, 8, f"{prefix}sell-")
         driver.run(sell, [spec.url], processes=1)
     scenario = _burst(spec.kind, event_id, users, concurrency, prefix)
-    m = measure(scenario, spec.url, drivers, spec.pid, spec.watch)
+    m = measure(scenario, spec.url, drivers, spec.pid, watch)
     return {"kind": spec.kind, "process": spec.process, **m}
 
 

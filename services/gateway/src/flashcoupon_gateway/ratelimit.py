@@ -136,15 +136,32 @@ class RateLimiter:
         # each leasing K tokens (which would debit K times what is needed).
         self._inflight: dict[str, asyncio.Future[None]] = {}
 
+    def refuse_if_denied(self, c: Check) -> None:
+        """429 at once when Redis refused this key lately (the deny cache)."""
+        left = self.deny.blocked_for(c.key)
+        if left > 0:
+            RATE_LIMITED.labels(c.scope, "local").inc()
+            raise rate_limited(Outcome(c, False, int(left * gcra.MICROS), 0, 0))
+
+    def allowance_outcome(self, c: Check, said: tuple[int, int, int], asked_at: float) -> Outcome:
+        """The outcome of a check the issuer decided with the issue (issue.lua's allowance:
+        left, reset µs, retry-after µs); a refusal is remembered like one from a limiter call
+        and raised as the same 429."""
+        left, reset_us, retry_us = said
+        outcome = Outcome(c, retry_us == 0, retry_us, left, reset_us)
+        if not outcome.allowed:
+            waited = time.monotonic() - asked_at
+            self.deny.block(c.key, retry_us / gcra.MICROS - waited)
+            RATE_LIMITED.labels(c.scope, "redis").inc()
+            raise rate_limited(outcome)
+        return outcome
+
     async def check_all(self, stages: Sequence[Sequence[Check]]) -> list[Outcome]:
         """Run the stages in order; raise 429 (a ProblemError) at the first rejection."""
         outcomes: list[Outcome] = []
         for stage in stages:
             for c in stage:
-                left = self.deny.blocked_for(c.key)
-                if left > 0:
-                    RATE_LIMITED.labels(c.scope, "local").inc()
-                    raise rate_limited(Outcome(c, False, int(left * gcra.MICROS), 0, 0))
+                self.refuse_if_denied(c)
             now = time.monotonic()
             results = [self._leased(c, now) for c in stage]
             asked = [i for i, o in enumerate(results) if o is None]

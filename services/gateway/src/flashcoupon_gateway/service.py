@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from flashcoupon_common import http1, tracing, validation
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.holders import Holders
 from flashcoupon_common.http import ProblemError, problem
-from flashcoupon_common.issue_batch import Press
+from flashcoupon_common.issue_batch import ALLOWANCE_LIMIT_HEADER, Press
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -100,6 +101,23 @@ def upstream_headers(request: Request, user: str) -> dict[str, str]:
     return headers
 
 
+def carries_allowance(info: EventInfo) -> bool:
+    """Whether the issuer decides the shopper's per-event limit with the issue (issue.lua,
+    one script call for both) instead of the gateway asking Redis first.
+
+    Only when nothing the gateway does after that check depends on its verdict: a known event
+    (an unknown one is refused by the issuer anyway, and leaves no limiter state), without a
+    waiting room (a queue ticket must not be handed to a refused shopper) and without an event
+    cap (a press the shopper's limit refuses must not spend the event's admissions).
+    """
+    spec = info.spec
+    return (
+        spec is not None
+        and not spec.admission.waiting_room_enabled
+        and not spec.admission.max_per_second
+    )
+
+
 class _Slot:
     """`async with gateway.slot():` (a plain class: cheaper than @asynccontextmanager)."""
 
@@ -180,10 +198,16 @@ class Gateway:
         admission or a waiting-room ticket, then the issuer's answer."""
         info = await self.specs.get(event_id)
         await self.check_sold_out(event_id, headers)
-        outcomes, queued = await self.admit_issue(ip, event_id, user, info)
+        outcomes, queued, carried = await self.admit_issue(ip, event_id, user, info)
         if queued is not None:
             return Queued(self.queued_body(event_id, user, queued, info), outcomes)
-        return Forwarded(await self.issue(event_id, headers), outcomes)
+        if carried is None:
+            return Forwarded(await self.issue(event_id, headers), outcomes)
+        asked_at = time.monotonic()
+        answer = await self.issue(event_id, headers, carried)
+        if answer.allowance is not None:  # absent from a failed call, or an older issuer
+            outcomes.append(self.limiter.allowance_outcome(carried, answer.allowance, asked_at))
+        return Forwarded(answer, outcomes)
 
     def api_user_check(self, user: str) -> Check:
         lim = self.settings.limits
@@ -191,11 +215,18 @@ class Gateway:
 
     async def admit_issue(
         self, ip: str, event_id: str, user: str, info: EventInfo
-    ) -> tuple[list[Outcome], RoomAnswer | None]:
-        """Rate limits and admission for an issue request; a RoomAnswer when it was queued."""
+    ) -> tuple[list[Outcome], RoomAnswer | None, Check | None]:
+        """Rate limits and admission for an issue request: the outcomes so far, a RoomAnswer
+        when it was queued, and the shopper's own check when the issuer is to decide it with
+        the issue (`carries_allowance`)."""
         adm = info.spec.admission if info.spec is not None else AdmissionSpec()
         per_user = gcra.Limit(adm.per_user_per_second, adm.per_user_burst)
-        client = self.client_checks(ip, Check("user", user_key(user, "ev:" + event_id), per_user))
+        user_check = Check("user", user_key(user, "ev:" + event_id), per_user)
+        if carries_allowance(info):
+            self.limiter.refuse_if_denied(user_check)  # refused lately: 429 here, no call
+            ip_only = [self.ip_check(ip)]
+            return await self.limiter.check_all([ip_only]), None, user_check
+        client = self.client_checks(ip, user_check)
         if info.spec is not None and adm.waiting_room_enabled:
             # A holder's retry (after a 201, or a 503 whose coupon was issued) skips the room:
             # the issuer answers it with the coupon (a keyed replay or DUPLICATE), at once and
@@ -204,19 +235,19 @@ class Gateway:
                 self.limiter.check_all([client]), self.room.holds(event_id, user)
             )
             if holder:
-                return outcomes, None
+                return outcomes, None, None
             rate = float(adm.waiting_room_admit_per_second)
             answer = await self.room.enter(event_id, user, rate, info.start_ms)
             if answer.state is TicketState.SOLD_OUT:
                 raise sold_out(event_id)
             if answer.state is TicketState.QUEUED:
                 QUEUED.labels(event_id).inc()
-                return outcomes, answer
-            return outcomes, None
+                return outcomes, answer, None
+            return outcomes, None, None
         stages = [client]
         if info.spec is not None and adm.max_per_second:
             stages.append([self.limiter.event_check(event_id, adm.max_per_second)])
-        return await self.limiter.check_all(stages), None
+        return await self.limiter.check_all(stages), None, None
 
     async def check_sold_out(self, event_id: str, headers: dict[str, str]) -> None:
         """410 SOLD_OUT for a press of a sold-out event: no rate-limit call, no issuer call.
@@ -271,17 +302,31 @@ class Gateway:
             self._sold_out_answers[event_id] = answer
         return answer
 
-    async def issue(self, event_id: str, headers: dict[str, str]) -> Answer:
+    async def issue(
+        self, event_id: str, headers: dict[str, str], allowance: Check | None = None
+    ) -> Answer:
+        """The issuer's answer to the press; with `allowance`, the issuer decides that check
+        (the shopper's per-event limit) with the issue and says so in `Answer.allowance`."""
         user = headers[USER_HEADER]
+        limit = None if allowance is None else allowance.limit
         try:
             async with self.slot():
                 up = self.upstream.pick_issuer(affinity=user)
                 if self.batcher is not None:
                     press = Press(
-                        event_id, user, headers.get("Idempotency-Key"), headers.get("traceparent")
+                        event_id,
+                        user,
+                        headers.get("Idempotency-Key"),
+                        headers.get("traceparent"),
+                        None if limit is None else (limit.interval_us, limit.burst),
                     )
                     answer = await self.batcher.issue(up, press)
                 else:
+                    if limit is not None:
+                        headers = {
+                            **headers,
+                            ALLOWANCE_LIMIT_HEADER: f"{limit.interval_us} {limit.burst}",
+                        }
                     answer = await self.upstream.call(
                         up, "POST", f"/internal/v1/events/{event_id}/issue", headers
                     )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from flashcoupon_common.http import ProblemError
 from flashcoupon_common.http1 import ProtocolError, UnsafeRequestError
+from flashcoupon_common.issue_batch import ALLOWANCE_HEADER, parse_allowance
 
 from flashcoupon_gateway.breaker import Breaker, State, Verdict, retry_after_header, verdict
 from flashcoupon_gateway.metrics import BREAKER_STATE, SHED, UPSTREAM_DURATION
@@ -43,6 +44,7 @@ _PASS_HEADERS = {
     b"idempotent-replayed",  # the issuer's and the wallet's answer to a replayed request
 }
 _JSON_TYPES = (b"application/json", b"application/problem+json")
+_ALLOWANCE = ALLOWANCE_HEADER.lower().encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,9 @@ class Answer:
     status: int
     body: bytes
     headers: dict[str, str]
+    # What the issuer's allowance said (left, reset µs, retry-after µs), when it decided one:
+    # read here, never relayed (flashcoupon_common.issue_batch).
+    allowance: tuple[int, int, int] | None = None
 
 
 def answer_of(
@@ -62,7 +67,13 @@ def answer_of(
 ) -> Answer:
     """An upstream's answer as relayed to the shopper: the headers worth passing, and a 502
     BAD_UPSTREAM problem in place of an error answer that is not our application's JSON."""
-    passed = {k.decode(): v.decode("latin-1") for k, v in raw_headers if k in _PASS_HEADERS}
+    passed: dict[str, str] = {}
+    allowance = None
+    for k, v in raw_headers:
+        if k in _PASS_HEADERS:
+            passed[k.decode()] = v.decode("latin-1")
+        elif k == _ALLOWANCE:
+            allowance = parse_allowance(v.decode("latin-1"))
     if status >= 400 and not passed.get("content-type", "").encode().startswith(_JSON_TYPES):
         # Not one of our application's answers: the upstream's HTTP server refused the
         # request itself (plain text). Relaying it would break the problem+json contract.
@@ -71,7 +82,7 @@ def answer_of(
             up.kind, up.base_url, status, content[:100], method, path,
         )  # fmt: skip
         raise ProblemError(502, "BAD_UPSTREAM", f"the {up.kind} could not process the request")
-    return Answer(status, content, passed)
+    return Answer(status, content, passed, allowance)
 
 
 def invalid_characters(exc: UnsafeRequestError) -> ProblemError:
