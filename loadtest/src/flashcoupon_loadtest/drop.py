@@ -80,6 +80,7 @@ class PipelineWatch:
         self.redis, self.engine, self.event_id, self.interval = redis, engine, event_id, interval
         self.samples: list[tuple[float, int, int]] = []
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     @property
     def last(self) -> tuple[float, int, int]:
@@ -95,8 +96,10 @@ class PipelineWatch:
         return row
 
     def start(self) -> None:
+        self._stopping = False
+
         async def loop() -> None:
-            while True:
+            while not self._stopping:
                 await self.sample()
                 await asyncio.sleep(self.interval)
 
@@ -104,6 +107,10 @@ class PipelineWatch:
 
     async def stop(self) -> None:
         if self._task is not None:
+            # The flag as well as the cancel: a cancellation that lands in a driver's cleanup
+            # (SQLAlchemy's connection close) can be swallowed, and the loop would then poll
+            # forever with stop() awaiting it (a k8s-tier demo hung so for 20 minutes).
+            self._stopping = True
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
