@@ -4,6 +4,7 @@ the waiting room's SSE stream. Shared helpers: tests/support/gateway.py and proc
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from flashcoupon_common import event_state
 
 from tests.support.gateway import assert_problem, bearer, provision
 from tests.support.processes import Proc, gateway_proc, issuer_proc
@@ -241,5 +243,58 @@ async def test_a_crowd_through_the_gateway_is_answered_press_by_press_batched_or
             assert count == 0
         else:
             assert count >= 1 and presses >= 51 and presses > count, (count, presses)
+    finally:
+        gateway.stop()
+
+
+@pytest.mark.parametrize("batch_max", ["256", "0"])
+async def test_a_crowd_from_many_addresses_is_limited_per_address_before_the_issuer(
+    stack: Stack, issuer: Proc, redis_cluster: Any, batch_max: str
+) -> None:
+    """Each shopper from its own address (X-Forwarded-For through one trusted proxy), as a
+    drop's crowd arrives, and five behind one address: an address over its limit gets 429
+    scope ip and nothing is issued for it (its press never reaches a batch); every other press
+    is issued, with its shopper's allowance decided in the issue call, and carries its
+    RateLimit headers — batched or not."""
+    from tests.support.metrics import scraped
+
+    gateway = gateway_proc(
+        stack,
+        issuer.url,
+        issue_batch_max=batch_max,
+        trusted_proxies="1",
+        ip_per_second="0.01",  # a token per 100 s: an address presses twice, whatever the pace
+        ip_burst="2",
+    ).start()
+    try:
+        spec = await provision(redis_cluster, quantity=1000)
+        path = f"/v1/events/{spec.event_id}/issue"
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=30, limits=limits) as c:
+            # Addresses of this run only: an address's tokens come back once per 100 s.
+            net = f"10.{os.urandom(1)[0]}.{os.urandom(1)[0]}"
+            crowd = [
+                {**bearer(f"addr-{batch_max}-{i}"), "X-Forwarded-For": f"{net}.{i}"}
+                for i in range(60)
+            ]
+            shared = [
+                {**bearer(f"nat-{batch_max}-{i}"), "X-Forwarded-For": f"{net}.200"}
+                for i in range(5)
+            ]
+            answers = await asyncio.gather(*(c.post(path, headers=h) for h in crowd + shared))
+            metrics = (await c.get("/metrics")).text
+        statuses = [r.status_code for r in answers]
+        assert statuses[:60] == [201] * 60, statuses
+        assert sorted(statuses[60:]) == [201, 201, 429, 429, 429], statuses[60:]
+        for r in answers:
+            if r.status_code == 429:
+                assert_problem(r, 429, "RATE_LIMITED")
+                assert r.json()["scope"] == "ip" and int(r.headers["retry-after"]) >= 1
+            else:
+                assert "ratelimit-remaining" in r.headers
+        state = await event_state.read_state(redis_cluster, spec.event_id)
+        assert state is not None and state.issued == 62  # nothing for the refused presses
+        if batch_max != "0":  # presses refused at the gate are not forwarded
+            assert scraped(metrics, "flashcoupon_gateway_issue_batch_size_sum") == 62
     finally:
         gateway.stop()
