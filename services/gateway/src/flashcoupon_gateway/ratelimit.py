@@ -148,11 +148,17 @@ class RateLimiter:
         left, reset µs, retry-after µs); a refusal is remembered like one from a limiter call
         and raised as the same 429."""
         left, reset_us, retry_us = said
-        outcome = Outcome(c, retry_us == 0, retry_us, left, reset_us)
+        return self._settled(Outcome(c, retry_us == 0, retry_us, left, reset_us), asked_at)
+
+    def _settled(self, outcome: Outcome, asked_at: float) -> Outcome:
+        """`outcome` as answered: a refusal is remembered in the deny cache until its retry
+        time and raised as the 429. Redis decided somewhere between `asked_at` and now, so
+        blocking from `asked_at` never blocks past the true retry time, however late this
+        process read the reply."""
         if not outcome.allowed:
             waited = time.monotonic() - asked_at
-            self.deny.block(c.key, retry_us / gcra.MICROS - waited)
-            RATE_LIMITED.labels(c.scope, "redis").inc()
+            self.deny.block(outcome.check.key, outcome.retry_after_us / gcra.MICROS - waited)
+            RATE_LIMITED.labels(outcome.check.scope, "redis").inc()
             raise rate_limited(outcome)
         return outcome
 
@@ -177,17 +183,9 @@ class RateLimiter:
                 decided = await asyncio.gather(*(self._decide(stage[i], now) for i in asked))
                 for i, o in zip(asked, decided, strict=True):
                     results[i] = o
-            # Redis decided somewhere between `now` and the reply; blocking from `now` never
-            # blocks past the true retry time, however late this process read the reply.
-            waited = time.monotonic() - now
             for outcome in results:
                 assert outcome is not None
-                if not outcome.allowed:
-                    key, retry_us = outcome.check.key, outcome.retry_after_us
-                    self.deny.block(key, retry_us / gcra.MICROS - waited)
-                    RATE_LIMITED.labels(outcome.check.scope, "redis").inc()
-                    raise rate_limited(outcome)
-            outcomes.extend(o for o in results if o is not None)
+                outcomes.append(self._settled(outcome, now))
         return outcomes
 
     def event_check(self, event_id: str, max_per_second: float) -> Check:

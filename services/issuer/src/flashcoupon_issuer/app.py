@@ -37,6 +37,11 @@ logger = logging.getLogger(__name__)
 _NO_ALLOWANCE = ("", "")  # issue.lua's two allowance values for a press it does not limit
 
 
+def _argv(user: str, rid: str, tp: str, allowance: AllowanceLimit) -> tuple[str | int, ...]:
+    """One press's ARGV values for issue.lua (LuaScript.stride of them)."""
+    return (user, rid, tp, *(allowance or _NO_ALLOWANCE))
+
+
 def batched_call(batcher: ScriptBatcher) -> ScriptCall:
     # The lifespan initializes the cluster client before serving, so `submit` may be used: the
     # reply's future is awaited by IssueService directly (a coroutine frame less per request).
@@ -48,8 +53,9 @@ def batched_call(batcher: ScriptBatcher) -> ScriptCall:
         deadline: float | None,
         allowance: AllowanceLimit,
     ) -> Awaitable[Any]:
-        args = (user, rid, tp, *(allowance or _NO_ALLOWANCE))
-        return batcher.submit(ISSUE, keys.issue_keys(event_id), args, deadline)
+        return batcher.submit(
+            ISSUE, keys.issue_keys(event_id), _argv(user, rid, tp, allowance), deadline
+        )
 
     return call
 
@@ -66,7 +72,7 @@ def naive_call(redis: RedisCluster) -> ScriptCall:
         allowance: AllowanceLimit,
     ) -> Any:
         k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
-        args = (user, rid, tp, *(allowance or _NO_ALLOWANCE))
+        args = _argv(user, rid, tp, allowance)
         try:
             replies = await redis.evalsha(ISSUE.sha, len(k), *k, *args)
         except NoScriptError:

@@ -231,14 +231,13 @@ class IssueEdge:
         (IssueService.issue_many: no task or timer per press)."""
         answers: list[issue_batch.Answer | None] = []
         valid: list[PressArgs] = []
-        for event_id, user, key, tp, allowance in presses:
-            refused = _check(event_id, user, key)
-            answers.append(None if refused is None else _answer(refused, None))
-            if refused is None:
-                if tp and not TRACEPARENT_RE.fullmatch(tp):
-                    tp = None  # dropped, not an error, as for a lone press
-                rid = key or os.urandom(10).hex()
-                valid.append((event_id, user, rid, tp or "", key is not None, allowance))
+        for p in presses:
+            prepared = _prepared(*p)
+            if isinstance(prepared, Response):
+                answers.append(_answer(prepared, None))
+            else:
+                answers.append(None)
+                valid.append(prepared)
         outcomes = iter(await service.issue_many(valid, budget))
         for i, (event_id, user, *_) in enumerate(presses):
             if answers[i] is None:
@@ -290,35 +289,27 @@ class IssueEdge:
         allowance: AllowanceLimit = None,
     ) -> Response:
         """One shopper's press, sent alone or in a batch with tracing on."""
-        response = _check(event_id, user, key)
-        if response is not None:
-            return response
-        assert user is not None
-        if tp and not TRACEPARENT_RE.fullmatch(tp):
-            tp = None  # a malformed trace context is dropped, not an error (W3C trace-context)
+        prepared = _prepared(event_id, user, key, tp, allowance)
+        if isinstance(prepared, Response):
+            return prepared
         if tracing.ENABLED:
-            return await self._traced(service, event_id, user, key, tp, budget, allowance)
-        outcome = await _outcome(service, event_id, user, key, tp or "", budget, allowance)
-        return _with_allowance(self._respond(event_id, user, outcome), outcome)
+            return await self._traced(service, prepared, budget)
+        outcome = await _outcome(service, prepared, budget)
+        return _with_allowance(self._respond(prepared[0], prepared[1], outcome), outcome)
 
     async def _traced(
-        self,
-        service: IssueService,
-        event_id: str,
-        user: str,
-        key: str | None,
-        tp: str | None,
-        budget: int | None,
-        allowance: AllowanceLimit,
+        self, service: IssueService, press: PressArgs, budget: int | None
     ) -> Response:
         """The issue inside a server span (a child of the gateway's) with one child span
         around the script call; the outbox entry records the server span as its parent."""
+        event_id, user, rid, tp, keyed, allowance = press
         attributes = {"http.route": ISSUE_ROUTE, "flashcoupon.event_id": event_id}
-        with tracing.span(SPAN_NAME, tp, kind=tracing.SERVER, attributes=attributes) as server:
+        with tracing.span(
+            SPAN_NAME, tp or None, kind=tracing.SERVER, attributes=attributes
+        ) as server:
             with tracing.span(SCRIPT_SPAN, attributes={"db.system": "redis"}) as script:
-                outcome = await _outcome(
-                    service, event_id, user, key, tracing.traceparent_of(server), budget, allowance
-                )
+                traced = (event_id, user, rid, tracing.traceparent_of(server), keyed, allowance)
+                outcome = await _outcome(service, traced, budget)
                 status = outcome.status if outcome is not None else "UNAVAILABLE"
                 script.set_attribute("flashcoupon.outcome", status)
             response = _with_allowance(self._respond(event_id, user, outcome), outcome)
@@ -347,25 +338,26 @@ class IssueEdge:
         return outcome_response(event_id, user, outcome)
 
 
-async def _outcome(
-    service: IssueService,
-    event_id: str,
-    user: str,
-    key: str | None,
-    tp: str,
-    budget: int | None,
-    allowance: AllowanceLimit,
-) -> Outcome | None:
+def _prepared(
+    event_id: str, user: str | None, key: str | None, tp: str | None, allowance: AllowanceLimit
+) -> Response | PressArgs:
+    """A 400 for malformed input, or the press as IssueService takes it: a request id made
+    for a press without a key, a malformed trace context dropped (not an error: W3C)."""
+    refused = _check(event_id, user, key)
+    if refused is not None:
+        return refused
+    assert user is not None
+    if tp and not TRACEPARENT_RE.fullmatch(tp):
+        tp = None
+    return event_id, user, key or os.urandom(10).hex(), tp or "", key is not None, allowance
+
+
+async def _outcome(service: IssueService, press: PressArgs, budget: int | None) -> Outcome | None:
     """The service's outcome, or None when Redis could not be used (a 503)."""
+    event_id, user, rid, tp, keyed, allowance = press
     try:
         return await service.issue(
-            event_id,
-            user,
-            key or os.urandom(10).hex(),
-            tp,
-            keyed=key is not None,
-            budget_ms=budget,
-            allowance=allowance,
+            event_id, user, rid, tp, keyed=keyed, budget_ms=budget, allowance=allowance
         )
     except IssuerUnavailable as exc:
         logger.warning("issue for %s unavailable: %s", event_id, exc)
