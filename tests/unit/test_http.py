@@ -78,3 +78,24 @@ async def test_readyz_reports_each_dependency_and_metrics_count_routes() -> None
             'flashcoupon_http_requests_total{method="GET",route="/readyz",service="test",status="503"}'
             in text
         )
+
+
+def test_json_response_heads_as_starlette_would() -> None:
+    """JSONResponse sets its own two headers for the common answer: byte for byte what
+    Starlette's Response would send, for every status, with and without headers of its own."""
+    import orjson
+    from starlette.responses import Response
+
+    content = {"couponCode": "ABCD", "tier": "big", "n": [1, 2]}
+    for status in (100, 200, 201, 204, 304, 409, 503):
+        for headers in (None, {"Retry-After": "1"}):
+            ours = JSONResponse(content, status, headers=headers)
+            theirs = Response(
+                orjson.dumps(content), status, headers=headers, media_type="application/json"
+            )
+            assert (ours.status_code, ours.body, ours.raw_headers) == (
+                theirs.status_code,
+                theirs.body,
+                theirs.raw_headers,
+            ), (status, headers)
+            assert ours.background is None

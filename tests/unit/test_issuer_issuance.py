@@ -7,6 +7,7 @@ from typing import Any
 
 from flashcoupon_common.holders import Holders
 from flashcoupon_issuer.issuance import IssueService, ReplayCache, SoldOutCache, parse_reply
+from prometheus_client import REGISTRY
 
 from tests.support.clock import FakeClock
 from tests.support.issuer import NOBODY
@@ -29,6 +30,40 @@ def test_parse_issued_and_duplicate() -> None:
     d = parse_reply([b"DUPLICATE", -1, 0, 2, *COUPON, *COUPON])
     assert d.status == "DUPLICATE" and d.remaining is None and len(d.coupons) == 2
     assert parse_reply([b"ISSUED", -1, 1, 1, *COUPON]).replay
+
+
+def test_parse_gives_each_coupon_its_own_tier_discount() -> None:
+    """Discounts are parsed once per description and shared: a batch of two tiers' coupons
+    still gets each tier's own discount, equal to one parsed afresh."""
+    from flashcoupon_common.messages import Discount
+
+    percent = [b"PCT0123456789", b"small", b"percent", b"", b"5", b"3000", 2_000, 62_000]
+    percent_uncapped = [b"PCT9876543210", b"tiny", b"percent", b"", b"7", b"", 3_000, 63_000]
+    for _ in range(2):  # the second pass answers from the cache
+        d = parse_reply([b"DUPLICATE", -1, 0, 3, *COUPON, *percent, *percent_uncapped])
+        fixed, capped, uncapped = (c.discount for c in d.coupons)
+        assert fixed == Discount("fixed", amount=10000)
+        assert capped == Discount("percent", percent=5, max_amount=3000)
+        assert uncapped == Discount("percent", percent=7)
+        assert [c.tier for c in d.coupons] == ["big", "small", "tiny"]
+        assert [c.issued_at_ms for c in d.coupons] == [1_000, 2_000, 3_000]
+
+
+def test_stock_gauge_reads_the_latest_stock_and_is_forgotten() -> None:
+    """The stock gauge is read when scraped: it says the last stock an answer carried, and an
+    ended or deleted event's series goes away (and comes back if the event answers again)."""
+    from flashcoupon_issuer import metrics
+
+    name = "flashcoupon_issuer_stock_remaining"
+    metrics.set_remaining("ev-stock", 41)
+    metrics.set_remaining("ev-stock", 40)
+    assert REGISTRY.get_sample_value(name, {"event": "ev-stock"}) == 40
+    metrics.forget_stock("ev-stock")
+    assert REGISTRY.get_sample_value(name, {"event": "ev-stock"}) is None
+    metrics.set_remaining("ev-stock", 7)
+    assert REGISTRY.get_sample_value(name, {"event": "ev-stock"}) == 7
+    metrics.forget_event("ev-stock")
+    assert REGISTRY.get_sample_value(name, {"event": "ev-stock"}) is None
 
 
 def test_parse_window_answers_carry_the_time() -> None:

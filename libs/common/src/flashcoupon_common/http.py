@@ -51,8 +51,32 @@ _HTTP_CODES = {
 }
 
 
+_NO_BODY = frozenset({204, 304})  # and 1xx: statuses Starlette sends without Content-Length
+
+
 class JSONResponse(Response):
     media_type = "application/json"
+
+    def __init__(
+        self,
+        content: Any,
+        status_code: int = 200,
+        headers: Mapping[str, str] | None = None,
+        media_type: str | None = None,
+        background: Any = None,
+    ) -> None:
+        if headers or media_type or background or status_code in _NO_BODY or status_code < 200:
+            super().__init__(content, status_code, headers, media_type, background)
+            return
+        # The common answer (a coupon, an event) has no headers of its own: its two headers
+        # are set here as Starlette's init_headers would set them, for half its cost.
+        self.status_code = status_code
+        self.background = None
+        self.body = orjson.dumps(content)
+        self.raw_headers = [
+            (b"content-length", str(len(self.body)).encode()),
+            (b"content-type", b"application/json"),
+        ]
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)

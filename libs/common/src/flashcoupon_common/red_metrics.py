@@ -64,13 +64,16 @@ class RouteMetrics:
     """RED metrics of one hot route, as REDMiddleware records them for ordinary routes."""
 
     def __init__(self, service: str, route: str, method: str) -> None:
-        self._requests = Children(HTTP_REQUESTS)
+        self._requests: dict[int, Any] = {}  # status -> its counter child
         self._labels = (service, route, method)
         self._duration = HTTP_DURATION.labels(service, route, method)
 
     def record(self, status: int, started: float) -> None:
         """One request answered with `status`; `started` is its time.perf_counter() start."""
-        self._requests(*self._labels, str(status)).inc()
+        child = self._requests.get(status)
+        if child is None:
+            child = self._requests[status] = HTTP_REQUESTS.labels(*self._labels, str(status))
+        child.inc()
         self._duration.observe(time.perf_counter() - started)
 
 

@@ -34,7 +34,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from flashcoupon_common.holders import Holders, holds_nothing
@@ -74,8 +73,10 @@ def call_budget(budget_ms: int | None, retry_deadline_s: float, margin_ms: int) 
     return max(0.05, min(retry_deadline_s, (budget_ms - margin_ms) / 1000))
 
 
-@dataclass(frozen=True, slots=True)
-class Coupon:
+# Coupon and Outcome are NamedTuples, not frozen dataclasses: every answered press builds one
+# of each, and a frozen dataclass's __init__ (one object.__setattr__ per field) costs three
+# times as much; both stay immutable.
+class Coupon(NamedTuple):
     code: str
     tier: str
     discount: Discount
@@ -91,8 +92,7 @@ class Allowance(NamedTuple):
     retry_after_us: int = 0  # > 0: this press was refused (LIMITED)
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     # ISSUED DUPLICATE SOLD_OUT NOT_STARTED ENDED PAUSED NOT_FOUND NOT_DURABLE LIMITED
     status: str
     coupons: tuple[Coupon, ...] = ()
@@ -114,6 +114,27 @@ def _opt_int(v: Any) -> int | None:
     return int(text) if text else None
 
 
+# A tier's discount as issue.lua describes it (type, amount, percent, max) -> Discount: an
+# event has a handful of tiers, so each description is parsed once. Bounded: the descriptions
+# of every event a process has issued for, cleared when it grows past the bound.
+_DISCOUNTS: dict[tuple[Any, ...], Discount] = {}
+
+
+def _discount(kind: Any, amount: Any, percent: Any, max_amount: Any) -> Discount:
+    described = (kind, amount, percent, max_amount)
+    discount = _DISCOUNTS.get(described)
+    if discount is None:
+        if len(_DISCOUNTS) >= 1024:
+            _DISCOUNTS.clear()
+        discount = _DISCOUNTS[described] = Discount(
+            "fixed" if _s(kind) == "fixed" else "percent",
+            amount=_opt_int(amount),
+            percent=_opt_int(percent),
+            max_amount=_opt_int(max_amount),
+        )
+    return discount
+
+
 def parse_reply(reply: Sequence[Any]) -> Outcome:
     """issue.lua's reply → Outcome (layout documented at the top of issue.lua)."""
     status = _s(reply[0])
@@ -125,29 +146,23 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
         allowance = Allowance(left, reset, second if status == "LIMITED" else 0)
         if status == "LIMITED":
             return Outcome(status, allowance=allowance)
-    coupons = []
-    for i in range(count):
-        f = reply[4 + 8 * i : 12 + 8 * i]
-        kind = _s(f[2])
-        coupons.append(
+    coupons = tuple(
+        [
             Coupon(
-                code=_s(f[0]),
-                tier=_s(f[1]),
-                discount=Discount(
-                    "fixed" if kind == "fixed" else "percent",
-                    amount=_opt_int(f[3]),
-                    percent=_opt_int(f[4]),
-                    max_amount=_opt_int(f[5]),
-                ),
-                issued_at_ms=int(f[6]),
-                expires_at_ms=int(f[7]),
+                _s(reply[i]),
+                _s(reply[i + 1]),
+                _discount(reply[i + 2], reply[i + 3], reply[i + 4], reply[i + 5]),
+                int(reply[i + 6]),
+                int(reply[i + 7]),
             )
-        )
+            for i in range(4, 4 + 8 * count, 8)
+        ]
+    )
     if status in ("NOT_STARTED", "ENDED"):
         return Outcome(status, at_ms=second, allowance=allowance)
     return Outcome(
         status,
-        coupons=tuple(coupons),
+        coupons=coupons,
         # Only ISSUED and SOLD_OUT say how much stock is left; PAUSED and NOT_FOUND carry a
         # placeholder 0 that must not read as "sold out" (issue 10).
         remaining=second if second >= 0 and status in _STOCK_ANSWERS else None,

@@ -62,8 +62,15 @@ def count_outcome(event_id: str, outcome: str) -> None:
     _outcomes(event_id, outcome).inc()
 
 
+# The latest stock per event, read by its gauge when Prometheus scrapes (set_function): the
+# gauge is only ever read at a scrape, and a dict store costs a fraction of Gauge.set's lock.
+_remaining: dict[str, int] = {}
+
+
 def set_remaining(event_id: str, remaining: int) -> None:
-    _stock(event_id).set(remaining)
+    if event_id not in _remaining:
+        _stock(event_id).set_function(lambda: _remaining.get(event_id, 0))
+    _remaining[event_id] = remaining
 
 
 def count_sold_out_local(event_id: str) -> None:
@@ -72,9 +79,11 @@ def count_sold_out_local(event_id: str) -> None:
 
 def forget_stock(event_id: str) -> None:
     _stock.forget(event_id)
+    _remaining.pop(event_id, None)
 
 
 def forget_event(event_id: str) -> None:
     """Remove every series labelled with `event_id` (the event was deleted)."""
-    for children in (_stock, _local, _outcomes):
+    forget_stock(event_id)
+    for children in (_local, _outcomes):
         children.forget(event_id)
