@@ -161,3 +161,17 @@ def test_an_allowance_the_issuer_refused_is_remembered_and_answered_as_the_limit
     with pytest.raises(ProblemError) as local:
         limiter.refuse_if_denied(check)
     assert local.value.status == 429
+
+
+def test_a_limit_is_made_once_and_names_its_keys() -> None:
+    """A press's limits come from gcra.limit: the same parameters give the same Limit, whose
+    interval and key suffix are computed once; a key kept under other parameters differs."""
+    a = gcra.limit(10.0, 20)
+    assert a is gcra.limit(10.0, 20) and a == gcra.Limit(10.0, 20)
+    assert (a.interval_us, a.signature) == (100_000, ":100000:20")
+    assert gcra.Limit(3e6, 1).interval_us == 1  # never below a microsecond
+    assert Check("ip", "{rl:ip:1.2.3.4}", a).key == "{rl:ip:1.2.3.4}:100000:20"
+    assert (
+        Check("ip", "{rl:ip:1.2.3.4}", gcra.limit(10.0, 21)).key
+        != Check("ip", "{rl:ip:1.2.3.4}", a).key
+    )

@@ -18,9 +18,10 @@ exact, and a flooding client costs Redis one call per retry window instead of on
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 MICROS = 1_000_000
 
@@ -29,11 +30,22 @@ MICROS = 1_000_000
 class Limit:
     per_second: float
     burst: int
+    # The emission interval T in microseconds (at least 1), and ":<T>:<burst>", the suffix of
+    # a key kept under this limit (ratelimit.Check): computed once, read on every press.
+    interval_us: int = field(init=False, compare=False)
+    signature: str = field(init=False, compare=False)
 
-    @property
-    def interval_us(self) -> int:
-        """The emission interval T in microseconds (at least 1)."""
-        return max(1, round(MICROS / self.per_second))
+    def __post_init__(self) -> None:
+        interval = max(1, round(MICROS / self.per_second))
+        object.__setattr__(self, "interval_us", interval)
+        object.__setattr__(self, "signature", f":{interval}:{self.burst}")
+
+
+@functools.lru_cache(maxsize=1024)
+def limit(per_second: float, burst: int) -> Limit:
+    """The Limit of these parameters, made once: a press names its limits from settings and
+    event specs, which take few distinct values."""
+    return Limit(per_second, burst)
 
 
 @dataclass(frozen=True, slots=True)

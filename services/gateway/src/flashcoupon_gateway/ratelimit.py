@@ -48,8 +48,7 @@ class Check:
     key: str = field(init=False)
 
     def __post_init__(self) -> None:
-        sig = f":{self.limit.interval_us}:{self.limit.burst}"
-        object.__setattr__(self, "key", self.base + sig)
+        object.__setattr__(self, "key", self.base + self.limit.signature)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +92,7 @@ def event_shard_key(event_id: str, shard: int) -> str:
 def event_shard_limit(max_per_second: float, shards: int) -> gcra.Limit:
     """Each shard's share of the cap; the burst is ~100 ms of the cap, spread over the shards."""
     per_shard = max_per_second / shards
-    return gcra.Limit(per_shard, max(1, math.ceil(max_per_second / 10 / shards)))
+    return gcra.limit(per_shard, max(1, math.ceil(max_per_second / 10 / shards)))
 
 
 def rate_headers(outcomes: Sequence[Outcome]) -> dict[str, str]:

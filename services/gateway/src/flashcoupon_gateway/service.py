@@ -186,7 +186,7 @@ class Gateway:
 
     def ip_check(self, ip: str) -> Check:
         lim = self.settings.limits
-        return Check("ip", ip_key(ip), gcra.Limit(lim.ip_per_second, lim.ip_burst))
+        return Check("ip", ip_key(ip), gcra.limit(lim.ip_per_second, lim.ip_burst))
 
     def client_checks(self, ip: str, user_check: Check) -> list[Check]:
         return [self.ip_check(ip), user_check]
@@ -211,7 +211,7 @@ class Gateway:
 
     def api_user_check(self, user: str) -> Check:
         lim = self.settings.limits
-        return Check("user", user_key(user, "api"), gcra.Limit(lim.user_per_second, lim.user_burst))
+        return Check("user", user_key(user, "api"), gcra.limit(lim.user_per_second, lim.user_burst))
 
     async def admit_issue(
         self, ip: str, event_id: str, user: str, info: EventInfo
@@ -220,7 +220,7 @@ class Gateway:
         when it was queued, and the shopper's own check when the issuer is to decide it with
         the issue (`carries_allowance`)."""
         adm = info.spec.admission if info.spec is not None else AdmissionSpec()
-        per_user = gcra.Limit(adm.per_user_per_second, adm.per_user_burst)
+        per_user = gcra.limit(adm.per_user_per_second, adm.per_user_burst)
         user_check = Check("user", user_key(user, "ev:" + event_id), per_user)
         if carries_allowance(info):
             self.limiter.refuse_if_denied(user_check)  # refused lately: 429 here, no call
