@@ -267,6 +267,26 @@ async def test_paused_or_unknown_event_is_never_answered_sold_out(
         assert r.status_code == 201, r.text
 
 
+async def test_presses_of_an_unknown_event_arriving_together_are_each_404(
+    stack, redis_cluster, events
+) -> None:
+    """Presses that arrive together share one script call (the batcher merges them): each
+    still gets 404 EVENT_NOT_FOUND, never a 503 (issue.lua once answered a merged call for an
+    unknown event with the wrong number of replies)."""
+    unknown = "no-such-" + await provisioned(redis_cluster, events, 1)
+    async with (
+        running(create_app(settings(stack))) as app,
+        client(app, "http://i") as http,
+    ):
+        answers = await asyncio.gather(
+            *(
+                http.post(ISSUE.format(unknown), headers={"X-Flashcoupon-User": f"u{i}"})
+                for i in range(40)
+            )
+        )
+    assert collections.Counter(r.status_code for r in answers) == {404: 40}
+
+
 def _series(name: str, label: str = "event") -> set[str]:
     return {
         s.labels[label]

@@ -144,6 +144,13 @@ async def test_each_refusal_has_its_own_answer(redis_cluster, cleanup) -> None:
     assert (await issue(redis_cluster, late.event_id, "u", "r"))[0] == "ENDED"
     assert (await issue(redis_cluster, paused.event_id, "u", "r"))[0] == "PAUSED"
     assert (await issue(redis_cluster, random_name("nope"), "u", "r"))[0] == "NOT_FOUND"
+    # Presses merged into one call get one NOT_FOUND each (the batcher splits the reply by
+    # count: one reply too many or too few turns every press of the call into a 503).
+    for presses in (2, 3, 7):
+        argv = [v for i in range(presses) for v in (f"u{i}", f"r{i}", "", "", "")]
+        nope = random_name("nope")
+        replies = await redis_cluster.eval(ISSUE.source, 5, *keys.issue_keys(nope), *argv)
+        assert [r[0] for r in replies] == [b"NOT_FOUND"] * presses, presses
     await event_state.set_paused(redis_cluster, paused.event_id, False)
     assert (await issue(redis_cluster, paused.event_id, "u", "r"))[0] == "ISSUED"
     with pytest.raises(event_state.ProvisionError):

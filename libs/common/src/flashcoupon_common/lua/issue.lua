@@ -35,7 +35,7 @@ local replies = {}
 local cfg = redis.call('HMGET', KEYS[1], 'start', 'end', 'limit', 'paused', 'secret',
   'prefix', 'vf', 'nt', 'eid')
 if not cfg[1] then
-  for i = 1, #ARGV / 3 do
+  for i = 1, #ARGV / 5 do
     replies[i] = {'NOT_FOUND', 0, 0, 0}
   end
   return replies
