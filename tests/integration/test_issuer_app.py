@@ -469,3 +469,32 @@ async def test_a_press_asking_for_an_allowance_is_answered_with_it(
             assert r.status_code == 400 and r.json()["code"] == "MALFORMED_ALLOWANCE", r.text
         state = await event_state.read_state(redis_cluster, ev)
         assert state is not None and state.issued == 2  # ann's and bob's
+
+
+async def test_with_allowances_off_the_issuer_answers_as_one_older_than_them(
+    stack, redis_cluster, events
+) -> None:
+    """decide_allowance=False (a roll-back switch): a batch with an allowance is refused as an
+    issuer older than the allowance refuses it (400 MALFORMED_BATCH, nothing issued), a batch
+    without one is served, and a lone press's allowance header is ignored."""
+    from flashcoupon_common import issue_batch
+    from flashcoupon_common.issue_batch import Press
+
+    ev = await provisioned(redis_cluster, events, 5)
+    slow = (60_000_000, 1)
+    async with (
+        running(create_app(settings(stack, decide_allowance=False))) as app,
+        client(app, "http://i") as http,
+    ):
+        presses = [Press(ev, "ann", None, None, slow), Press(ev, "bob", None, None)]
+        r = await http.post(issue_batch.BATCH_PATH, content=issue_batch.encode_presses(presses))
+        assert r.status_code == 400 and r.json()["code"] == "MALFORMED_BATCH", r.text
+        state = await event_state.read_state(redis_cluster, ev)
+        assert state is not None and state.issued == 0
+        r = await http.post(issue_batch.BATCH_PATH, content=issue_batch.encode_presses(presses[1:]))
+        assert [a[0] for a in issue_batch.decode_answers(r.content, 1)] == [201]
+        limit = {issue_batch.ALLOWANCE_LIMIT_HEADER: f"{slow[0]} {slow[1]}"}
+        for _ in range(2):  # a burst of one, yet both decided: the header is not read
+            r = await http.post(ISSUE.format(ev), headers={"X-Flashcoupon-User": "cy", **limit})
+            assert r.status_code in (201, 409) and issue_batch.ALLOWANCE_HEADER not in r.headers
+    assert not await redis_cluster.exists(keys.allowance_key(ev))

@@ -77,8 +77,9 @@ class Proc:
         return Path(self.log.name).read_text(errors="replace")[-3000:]
 
 
-def issuer_proc(stack: Stack, port: int | None = None) -> Proc:
-    return Proc([str(BIN / "flashcoupon-issuer")], stack.env(), port or free_port())
+def issuer_proc(stack: Stack, port: int | None = None, **env: str) -> Proc:
+    full = {**stack.env(), **{"FLASHCOUPON_ISSUER_" + k.upper(): v for k, v in env.items()}}
+    return Proc([str(BIN / "flashcoupon-issuer")], full, port or free_port())
 
 
 def wallet_proc(stack: Stack, mysql_url: str, redeemed_topic: str) -> Proc:

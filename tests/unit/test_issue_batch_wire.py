@@ -77,3 +77,26 @@ def test_a_press_whose_allowance_is_not_two_positive_integers_is_refused(
 ) -> None:
     with pytest.raises(BatchError, match="allowance"):
         decode_presses(b'[["ev","ann",null,null,' + allowance + b"]]")
+
+
+def test_a_refusal_of_allowances_is_told_from_other_batch_refusals() -> None:
+    """The gateway resends a batch's presses only when the issuer refused the allowance they
+    carried (400 MALFORMED_BATCH to a batch with one): never for another refusal, never for a
+    batch that carried none."""
+    import orjson
+    from flashcoupon_common.issue_batch import Press
+    from flashcoupon_gateway.issue_batch import refuses_allowances
+    from flashcoupon_gateway.upstream import Answer
+
+    def answer(status: int, code: str) -> Answer:
+        return Answer(status, orjson.dumps({"code": code, "status": status}), {})
+
+    with_one = [Press("ev", "a", None, None, (1_000_000, 2)), Press("ev", "b", None, None)]
+    without = [Press("ev", "b", None, None)]
+    assert refuses_allowances(answer(400, "MALFORMED_BATCH"), with_one)
+    assert not refuses_allowances(answer(400, "MALFORMED_BATCH"), without)
+    assert not refuses_allowances(answer(400, "PAYLOAD_TOO_LARGE"), with_one)
+    assert not refuses_allowances(answer(413, "MALFORMED_BATCH"), with_one)
+    assert not refuses_allowances(answer(200, "MALFORMED_BATCH"), with_one)
+    assert not refuses_allowances(Answer(400, b"not json", {}), with_one)
+    assert not refuses_allowances(Answer(400, b"[1]", {}), with_one)

@@ -7,6 +7,11 @@ replies arrive in one Redis round trip), so under load batches fill by themselve
 press waits for a timer; a quiet gateway sends batches of one. The wire format is
 flashcoupon_common.issue_batch; the issuer answers each press as it would alone.
 
+An issuer that does not decide allowances (older than them, or with IssuerSettings.
+decide_allowance off) refuses a batch whose presses carry one, 400 MALFORMED_BATCH, issuing
+nothing of it: each press of that batch raises AllowanceRefused, and the gateway decides the
+shoppers' limits itself and sends them again (Gateway.press).
+
 The batch is one upstream call (Forwarder.call: timeout, breaker, deadline header), so its
 failure is every press's failure: each sees the same 503, 502 or timeout as a lone press
 would, and the gateway treats each shopper accordingly (Gateway.issue: a 503 makes them
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import orjson
 from flashcoupon_common import issue_batch
 from flashcoupon_common.http import ProblemError
 from flashcoupon_common.issue_batch import BatchError, Press
@@ -28,6 +34,12 @@ from flashcoupon_gateway.upstream import Answer, Forwarder, Upstream, answer_of
 logger = logging.getLogger(__name__)
 
 _Waiting = tuple[Press, "asyncio.Future[Answer]"]
+
+
+class AllowanceRefused(Exception):
+    """The issuer refused a batch because a press carried an allowance: nothing was issued."""
+
+
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -82,6 +94,8 @@ class IssueBatcher:
         body = issue_batch.encode_presses(presses)
         batch = await self.forwarder.call(up, "POST", path, _JSON, body)
         if batch.status != 200:
+            if refuses_allowances(batch, presses):
+                raise AllowanceRefused(up.base_url)
             return [batch] * len(presses)  # the issuer's problem for the batch, to each press
         try:
             raw = issue_batch.decode_answers(batch.body, len(presses))
@@ -96,9 +110,24 @@ class IssueBatcher:
         await asyncio.gather(*self._sending, return_exceptions=True)
 
 
+def refuses_allowances(batch: Answer, presses: list[Press]) -> bool:
+    """Whether the issuer's answer to a batch says it does not take allowances: 400
+    MALFORMED_BATCH to a batch with at least one (the press shape an issuer without them
+    refuses)."""
+    if batch.status != 400 or not any(p.allowance for p in presses):
+        return False
+    try:
+        problem = orjson.loads(batch.body)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(problem, dict) and problem.get("code") == "MALFORMED_BATCH"
+
+
 def _own_copy(exc: Exception) -> Exception:
     """A problem each waiting press raises as its own (a raise extends the exception's
     traceback: one object raised in many tasks would carry all of theirs)."""
     if isinstance(exc, ProblemError):
         return ProblemError(exc.status, exc.code, exc.detail, headers=exc.headers, **exc.extra)
+    if isinstance(exc, AllowanceRefused):
+        return AllowanceRefused(*exc.args)
     return exc

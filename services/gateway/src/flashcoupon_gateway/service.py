@@ -25,7 +25,7 @@ from starlette.responses import Response
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.admission import EventInfo, SpecCache
 from flashcoupon_gateway.auth import Authenticator, Principal
-from flashcoupon_gateway.issue_batch import IssueBatcher
+from flashcoupon_gateway.issue_batch import AllowanceRefused, IssueBatcher
 from flashcoupon_gateway.metrics import QUEUED, SHED
 from flashcoupon_gateway.ratelimit import Check, Outcome, RateLimiter, ip_key, user_key
 from flashcoupon_gateway.settings import GatewaySettings
@@ -43,6 +43,9 @@ STORE_ERRORS: tuple[type[Exception], ...] = (
 )
 logger = logging.getLogger(__name__)
 _FORWARDED = ("traceparent", "tracestate", "x-request-id")
+# How long the gateway decides shoppers' limits itself after an issuer showed it does not
+# (an older issuer during a rollout, or its allowance switched off); then it tries again.
+ALLOWANCE_REFUSED_S = 60.0
 
 
 def store_unavailable(path: str, exc: Exception) -> Response:
@@ -172,6 +175,8 @@ class Gateway:
     # event -> (fetched at, answer) of GET /v1/events/{id}: public state may be approximate.
     event_cache: dict[str, tuple[float, Answer]] = field(default_factory=dict)
     _sold_out_answers: dict[str, Response] = field(default_factory=dict)
+    # Until then (time.monotonic()), presses carry no allowance: an issuer did not decide one.
+    allowances_refused_until: float = 0.0
 
     def slot(self) -> _Slot:
         """Bounded in-flight upstream calls per process: over the bound, 503 at once."""
@@ -204,10 +209,32 @@ class Gateway:
         if carried is None:
             return Forwarded(await self.issue(event_id, headers), outcomes)
         asked_at = time.monotonic()
-        answer = await self.issue(event_id, headers, carried)
-        if answer.allowance is not None:  # absent from a failed call, or an older issuer
+        try:
+            answer = await self.issue(event_id, headers, carried)
+        except AllowanceRefused:
+            # The issuer issued nothing: the shopper's limit is decided here, as for an event
+            # with a cap, and the press sent again without it.
+            outcomes += await self.limiter.check_all([[carried]])
+            return Forwarded(await self.issue(event_id, headers), outcomes)
+        if answer.allowance is not None:
             outcomes.append(self.limiter.allowance_outcome(carried, answer.allowance, asked_at))
+        elif answer.status in (201, 409) and "idempotent-replayed" not in answer.headers:
+            # The script decided this press (a new coupon or DUPLICATE) yet said nothing of
+            # the allowance: an issuer that ignores it (a lone press to an older issuer). This
+            # press went unlimited; the next ones are limited here.
+            self.refuse_allowances(f"the issuer answered {answer.status} without it")
         return Forwarded(answer, outcomes)
+
+    def refuse_allowances(self, why: str) -> None:
+        """Decide shoppers' limits here for ALLOWANCE_REFUSED_S: an issuer does not."""
+        if time.monotonic() >= self.allowances_refused_until:
+            logger.warning(
+                "an issuer does not decide allowances (%s): shoppers' limits are decided by "
+                "the gateway for %.0f s",
+                why,
+                ALLOWANCE_REFUSED_S,
+            )
+        self.allowances_refused_until = time.monotonic() + ALLOWANCE_REFUSED_S
 
     def api_user_check(self, user: str) -> Check:
         lim = self.settings.limits
@@ -222,7 +249,7 @@ class Gateway:
         adm = info.spec.admission if info.spec is not None else AdmissionSpec()
         per_user = gcra.limit(adm.per_user_per_second, adm.per_user_burst)
         user_check = Check("user", user_key(user, "ev:" + event_id), per_user)
-        if carries_allowance(info):
+        if carries_allowance(info) and time.monotonic() >= self.allowances_refused_until:
             self.limiter.refuse_if_denied(user_check)  # refused lately: 429 here, no call
             ip_only = [self.ip_check(ip)]
             return await self.limiter.check_all([ip_only]), None, user_check
@@ -309,6 +336,8 @@ class Gateway:
         (the shopper's per-event limit) with the issue and says so in `Answer.allowance`."""
         user = headers[USER_HEADER]
         limit = None if allowance is None else allowance.limit
+        if limit is not None and time.monotonic() < self.allowances_refused_until:
+            raise AllowanceRefused("refused lately")  # learned while this press was admitted
         try:
             async with self.slot():
                 up = self.upstream.pick_issuer(affinity=user)
@@ -334,6 +363,12 @@ class Gateway:
             if exc.status == 503:
                 self.unsettled.add(event_id, user)
             raise
+        except AllowanceRefused as exc:
+            self.refuse_allowances(f"{exc}: a batch with allowances was refused")
+            if allowance is not None:
+                raise
+            # Refused for another press's allowance: this one carried none; sent again.
+            return await self.issue(event_id, headers)
         if answer.status == 503:
             self.unsettled.add(event_id, user)
         return answer

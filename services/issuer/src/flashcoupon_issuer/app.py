@@ -146,10 +146,11 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         listener = asyncio.create_task(listen_for_supply(client, service, stop))
         heap.settle_after_startup()
         logger.info(
-            "issuer ready: durability=%s unconfirmed=%s batching=%s",
+            "issuer ready: durability=%s unconfirmed=%s batching=%s decide_allowance=%s",
             settings.durability,
             settings.unconfirmed,
             settings.batching,
+            settings.decide_allowance,
         )
         try:
             yield {"service": service, "redis": client, "batcher": batcher}
@@ -173,4 +174,4 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         middleware=[Middleware(REDMiddleware, service="issuer")],
         lifespan=lifespan,
     )
-    return http.IssueEdge(app)
+    return http.IssueEdge(app, decide_allowance=settings.decide_allowance)

@@ -62,6 +62,13 @@ MAX_USER_LEN = 128  # user_coupons.user_id is VARCHAR(128)
 TRACEPARENT_RE = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
+# Why a batch is refused when this issuer does not decide allowances: the same status and code
+# as an issuer older than the allowance gives, which is what a gateway recognises.
+NO_ALLOWANCE = (
+    "this issuer does not decide allowances: each press must be [eventId, userId, key or null, "
+    "traceparent or null]"
+)
+
 _SECONDS: dict[int, str] = {}
 
 
@@ -156,8 +163,11 @@ class IssueEdge:
     path). Everything else falls through to the Starlette app.
     """
 
-    def __init__(self, app: Starlette) -> None:
+    def __init__(self, app: Starlette, *, decide_allowance: bool = True) -> None:
         self.app = app
+        # Off: answer presses that carry an allowance as an issuer older than it does
+        # (IssuerSettings.decide_allowance).
+        self.decide_allowance = decide_allowance
         self._errors = app.exception_handlers
         self._metrics = RouteMetrics("issuer", ISSUE_ROUTE, "POST")
         self._batch_metrics = RouteMetrics("issuer", issue_batch.BATCH_PATH, "POST")
@@ -209,6 +219,8 @@ class IssueEdge:
             presses = issue_batch.decode_presses(raw)
         except issue_batch.BatchError as exc:
             return problem(400, "MALFORMED_BATCH", str(exc))
+        if not self.decide_allowance and any(p.allowance for p in presses):
+            return problem(400, "MALFORMED_BATCH", NO_ALLOWANCE)
         budget = None
         for name, value in scope["headers"]:
             if name == DEADLINE_HEADER:
@@ -258,7 +270,7 @@ class IssueEdge:
             if name == b"x-flashcoupon-user":
                 raw_user = value
                 user = user_from_header(value)
-            elif name == _ALLOWANCE_LIMIT:
+            elif name == _ALLOWANCE_LIMIT and self.decide_allowance:
                 allowance = issue_batch.allowance_limit(value.decode("latin-1"))
                 if allowance is None:
                     return problem(

@@ -43,6 +43,12 @@ class IssuerSettings(FromEnv):
     batching: bool = True
     max_batch: int = setting(512, check=positive)
     max_inflight: int = setting(2, check=positive)
+    # Whether a press may carry the shopper's allowance for issue.lua to decide (docs/gateway.md,
+    # "Mixed versions"). Off, the issuer answers as one older than the
+    # allowance does: a batch with an allowance is 400 MALFORMED_BATCH, the lone press's header
+    # is ignored; the gateways then decide the shopper's limit themselves. A switch to roll the
+    # feature back without a release.
+    decide_allowance: bool = True
     # How long one issue call may keep retrying through a failover before answering 503, when
     # the caller sent no deadline. The gateway sends X-Flashcoupon-Deadline-Ms (what it will
     # still wait); then the call ends DEADLINE_MARGIN_MS before that, so the 503 reaches the
