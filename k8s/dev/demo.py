@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,37 @@ def wait_status(kubectl: Kubectl, name: str, ok: Any, within: float, what: str) 
     raise RuntimeError(f"{name}: {what} not reached within {within:.0f}s; status {status}")
 
 
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:  # refused, reset, timed out, HTTP errors
+        return False
+
+
+def wait_answering(target: str, times: int = 20, timeout: float = 90.0) -> None:
+    """Wait until the gateway answers /readyz through its NodePort `times` times in a row, each
+    on a new connection (kube-proxy picks an endpoint per connection).
+
+    Why: right after pods are replaced (a rollout, the disruption tests), a connection to the
+    NodePort was refused now and then although every gateway pod was ready, and one refused
+    connection fails the load driver's preparation. The burst starts once the node answers
+    every connection."""
+    url = f"{target}/readyz"
+    deadline = time.monotonic() + timeout
+    streak = failures = 0
+    while streak < times:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{url}: not answering every connection after {timeout:.0f}s")
+        if _answers(url):
+            streak += 1
+        else:
+            streak, failures = 0, failures + 1
+            time.sleep(0.2)
+    if failures:
+        say(f"  {url}: answering ({failures} refused or failed first)")
+
+
 async def run(argv: list[str]) -> int:
     env = deploy_env()
     os.environ.update({k: v for k, v in env.items() if k.startswith("FLASHCOUPON_")})
@@ -167,6 +199,8 @@ async def run(argv: list[str]) -> int:
     watch = PhaseWatch(kubectl, name)
     failures: list[str] = []
     try:
+        for target in args.target:
+            await asyncio.to_thread(wait_answering, target)
         await asyncio.sleep(0.5)  # the watch's first list (empty) before the event exists
         when = _clock(start_at.timestamp())
         say(f"kubectl apply: CouponEvent {name}, {args.coupons:,} coupons, startAt {when} UTC")
