@@ -24,7 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from flashcoupon_common import keys
 from flashcoupon_common.db.engine import create_engine
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import MysqlSettings, RedisSettings
-from flashcoupon_loadtest import demo
+from flashcoupon_loadtest import demo, localrun
 from flashcoupon_loadtest.chaos.cluster import deploy_env
 from flashcoupon_loadtest.drop import DEFAULT_MANIFEST, demo_manifest
 from flashcoupon_loadtest.invariants import persisted_count
@@ -140,37 +139,6 @@ def wait_status(kubectl: Kubectl, name: str, ok: Any, within: float, what: str) 
     raise RuntimeError(f"{name}: {what} not reached within {within:.0f}s; status {status}")
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except OSError:  # refused, reset, timed out, HTTP errors
-        return False
-
-
-def wait_answering(target: str, times: int = 20, timeout: float = 90.0) -> None:
-    """Wait until the gateway answers /readyz through its NodePort `times` times in a row, each
-    on a new connection (kube-proxy picks an endpoint per connection).
-
-    Why: right after pods are replaced (a rollout, the disruption tests), a connection to the
-    NodePort was refused now and then although every gateway pod was ready, and one refused
-    connection fails the load driver's preparation. The burst starts once the node answers
-    every connection."""
-    url = f"{target}/readyz"
-    deadline = time.monotonic() + timeout
-    streak = failures = 0
-    while streak < times:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{url}: not answering every connection after {timeout:.0f}s")
-        if _answers(url):
-            streak += 1
-        else:
-            streak, failures = 0, failures + 1
-            time.sleep(0.2)
-    if failures:
-        say(f"  {url}: answering ({failures} refused or failed first)")
-
-
 async def run(argv: list[str]) -> int:
     env = deploy_env()
     os.environ.update({k: v for k, v in env.items() if k.startswith("FLASHCOUPON_")})
@@ -199,8 +167,12 @@ async def run(argv: list[str]) -> int:
     watch = PhaseWatch(kubectl, name)
     failures: list[str] = []
     try:
+        # Right after pods are replaced (a rollout, the disruption tests just before this in
+        # `make test`) a connection to the NodePort was once refused although every gateway
+        # pod was ready, and one refused connection fails the driver's preparation: the burst
+        # waits until every connection through the node is answered.
         for target in args.target:
-            await asyncio.to_thread(wait_answering, target)
+            await asyncio.to_thread(localrun.wait_ready, f"{target}/readyz", timeout=90, times=20)
         await asyncio.sleep(0.5)  # the watch's first list (empty) before the event exists
         when = _clock(start_at.timestamp())
         say(f"kubectl apply: CouponEvent {name}, {args.coupons:,} coupons, startAt {when} UTC")

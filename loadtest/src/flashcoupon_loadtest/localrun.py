@@ -52,10 +52,14 @@ def wait_ready(
     timeout: float = 60.0,
     proc: subprocess.Popen[bytes] | None = None,
     abort: threading.Event | None = None,
+    times: int = 1,
 ) -> None:
-    """Poll `url` until it answers 200; fail early if `proc` exits or `abort` is set."""
+    """Poll `url` until it answers 200 `times` times in a row, each on a new connection; fail
+    early if `proc` exits or `abort` is set. `times` > 1 is for a URL behind a balancer (a
+    NodePort picks an endpoint per connection): every way through it must answer."""
     deadline = time.monotonic() + timeout
     last = "no answer"
+    streak = 0
     while time.monotonic() < deadline:
         if abort is not None and abort.is_set():
             raise RuntimeError(f"{url}: aborted while waiting for readiness")
@@ -64,12 +68,16 @@ def wait_ready(
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
-                    return
+                    streak += 1
+                    if streak >= times:
+                        return
+                    continue
                 last = f"HTTP {r.status}"
         except urllib.error.HTTPError as e:
             last = f"HTTP {e.code}: {e.read()[:300]!r}"
         except OSError as e:
             last = str(e)
+        streak = 0
         time.sleep(0.2)
     raise TimeoutError(f"{url} not ready after {timeout:.0f}s ({last})")
 

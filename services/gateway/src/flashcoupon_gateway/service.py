@@ -225,9 +225,13 @@ class Gateway:
             self.refuse_allowances(f"the issuer answered {answer.status} without it")
         return Forwarded(answer, outcomes)
 
+    def allowances_refused(self) -> bool:
+        """Whether an issuer lately did not decide an allowance (presses then carry none)."""
+        return time.monotonic() < self.allowances_refused_until
+
     def refuse_allowances(self, why: str) -> None:
         """Decide shoppers' limits here for ALLOWANCE_REFUSED_S: an issuer does not."""
-        if time.monotonic() >= self.allowances_refused_until:
+        if not self.allowances_refused():
             logger.warning(
                 "an issuer does not decide allowances (%s): shoppers' limits are decided by "
                 "the gateway for %.0f s",
@@ -249,7 +253,7 @@ class Gateway:
         adm = info.spec.admission if info.spec is not None else AdmissionSpec()
         per_user = gcra.limit(adm.per_user_per_second, adm.per_user_burst)
         user_check = Check("user", user_key(user, "ev:" + event_id), per_user)
-        if carries_allowance(info) and time.monotonic() >= self.allowances_refused_until:
+        if carries_allowance(info) and not self.allowances_refused():
             self.limiter.refuse_if_denied(user_check)  # refused lately: 429 here, no call
             ip_only = [self.ip_check(ip)]
             return await self.limiter.check_all([ip_only]), None, user_check
@@ -336,7 +340,7 @@ class Gateway:
         (the shopper's per-event limit) with the issue and says so in `Answer.allowance`."""
         user = headers[USER_HEADER]
         limit = None if allowance is None else allowance.limit
-        if limit is not None and time.monotonic() < self.allowances_refused_until:
+        if limit is not None and self.allowances_refused():
             raise AllowanceRefused("refused lately")  # learned while this press was admitted
         try:
             async with self.slot():
