@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from flashcoupon_loadtest.rounds import (
     Ratio,
+    ceiling_rps,
     ratio_lines,
     ratios,
     round_orders,
@@ -49,10 +50,55 @@ def test_ratios_only_for_measured_paths_with_targets() -> None:
     assert zero["a/z"] == {"value": None, "target": 0.5, "met": None}
 
 
+def test_ceiling_is_the_cores_shared_by_every_process_none_above_one_core() -> None:
+    # hello-world: server 32.8 us + driver 34.5 us per request on 2 cores -> 29.6k req/s shared,
+    # the server alone could do 30.5k on its core: the shared figure binds.
+    assert ceiling_rps([32.8], 34.5, cpus=2) == pytest.approx(29717.7, abs=0.1)
+    # One process over half the total: its single core binds, whatever the cores.
+    assert ceiling_rps([100.0, 10.0], 10.0, cpus=2) == 10000.0
+    assert ceiling_rps([100.0, 10.0], 10.0, cpus=8) == 10000.0
+    # The same path on more cores: only the shared bound moves.
+    assert ceiling_rps([50.0, 50.0, 50.0], 50.0, cpus=2) == 10000.0
+    assert ceiling_rps([50.0, 50.0, 50.0], 50.0, cpus=4) == 20000.0
+    # Idle watched processes (0 us) neither add nor bind; nothing measured is no ceiling.
+    assert ceiling_rps([0.0, 25.0], 25.0, cpus=1) == 20000.0
+    assert ceiling_rps([0.0], 0.0, cpus=2) is None
+    assert ceiling_rps([], 40.0, cpus=2) == 50000.0  # only the driver measured: shared only
+
+
+def test_a_ratio_bounded_by_its_numerators_ceiling_against_the_measured_denominator() -> None:
+    def c(rps: float, ceiling: float | None) -> dict[str, object]:
+        return {**m(rps, 50), **({} if ceiling is None else {"ceiling_rps": ceiling})}
+
+    measured = sides(
+        {
+            "hello": [c(29000, 29000), c(30000, 30000), c(28000, 31000)],
+            "issuer": [c(12500, 17000), c(12000, 16000), c(13000, 18000)],
+            "old": [c(9000, None)],
+        }
+    )
+    assert measured["issuer"]["ceiling_rps"] == 17000.0 and "ceiling_rps" not in measured["old"]
+    got = ratios(
+        measured,
+        {"issuer/hello": Ratio("issuer", "hello", 0.60), "old/hello": Ratio("old", "hello")},
+    )
+    # issuer at its ceiling (17,000) against hello as measured (29,000): 0.586 at most.
+    assert got["issuer/hello"] == {"value": 0.431, "target": 0.60, "met": False, "ceiling": 0.586}
+    assert "ceiling" not in got["old/hello"]
+    lines = ratio_lines(got)
+    assert lines[0].endswith("(target >= 0.60: NOT met)  [at its box ceiling 0.59]")
+    assert lines[1].endswith("0.31")
+    table = table_lines(measured, {"issuer": "gateway"})
+    assert table[2].split()[-3:] == ["17,000", "0.74", "(gateway)"]  # 12,500 of 17,000
+    assert table[3].split()[-3:] == ["n/a", "n/a", "()"]
+
+
 def test_lines() -> None:
     measured = sides({"hello": [m(24226, 31.6)], "gateway": [m(4398, 143.3)]})
     table = table_lines(measured, {"gateway": "gateway", "hello": "hello"})
-    assert table[2].split() == ["gateway", "4,398", "1.00", "10.00", "143.3", "(gateway)"]
+    assert table[2].split() == [
+        "gateway", "4,398", "1.00", "10.00", "143.3", "n/a", "n/a", "(gateway)"
+    ]  # fmt: skip
     assert table[1].split()[4] == "n/a"  # hello's process reported no CPU in this sample
     lines = ratio_lines(ratios(measured, {"g/h": Ratio("gateway", "hello", 0.7)}))
     assert lines == ["  g/h                          0.18  (target >= 0.70: NOT met)"]

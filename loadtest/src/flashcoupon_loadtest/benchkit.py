@@ -24,7 +24,14 @@ from flashcoupon_common.messages import Discount
 from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.localrun import free_port, wait_ready
 from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
-from flashcoupon_loadtest.rounds import Ratio, ratio_lines, ratios, sides, table_lines
+from flashcoupon_loadtest.rounds import (
+    Ratio,
+    ceiling_rps,
+    ratio_lines,
+    ratios,
+    sides,
+    table_lines,
+)
 from flashcoupon_loadtest.scenarios import Burst, GetLoop
 from flashcoupon_loadtest.serve import Server, server_command
 from flashcoupon_loadtest.stats import latency_summary, outcome_counts, throughput
@@ -78,13 +85,14 @@ def measure(
     watch: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """`scenario` against `url`; `watch` names more processes whose CPU per request to report
-    (the issuer behind a gateway, ...) in `cpu_us_per_request`."""
+    (the issuer behind a gateway, ...) in `cpu_us_per_request`. `ceiling_rps` is the rate this
+    box could give at the CPU per request of the server, the watched processes and the driver
+    (rounds.ceiling_rps)."""
     watched = dict(watch or {})
-    cpu0 = cpu_seconds(server_pid)
-    before = {name: cpu_seconds(pid) for name, pid in watched.items()}
+    pids = {server_pid, *watched.values()}  # the server may be watched under its name too
+    before = {pid: cpu_seconds(pid) for pid in pids}
     result = driver.run(scenario, [url], processes=processes, timeout=300)
-    server_cpu = cpu_seconds(server_pid) - cpu0
-    after = {name: cpu_seconds(pid) for name, pid in watched.items()}
+    used = {pid: cpu_seconds(pid) - before[pid] for pid in pids}
     recs = result.records
     per_request = 1e6 / max(1, len(recs))
     lat = latency_summary(r.latency for r in recs)
@@ -97,10 +105,16 @@ def measure(
         "driver_cpu_s": round(result.cpu_seconds, 2),
         # CPU the one server process spent per answer: on a shared box this is steadier than
         # req/s, and its inverse is the process's ceiling if it had a core to itself.
-        "server_cpu_us_per_request": round(server_cpu * per_request, 1),
+        "server_cpu_us_per_request": round(used[server_pid] * per_request, 1),
         "cpu_us_per_request": {
-            name: round((after[name] - before[name]) * per_request, 1) for name in watched
+            name: round(used[pid] * per_request, 1) for name, pid in watched.items()
         },
+        "driver_cpu_us_per_request": round(result.cpu_seconds * per_request, 1),
+        "ceiling_rps": ceiling_rps(
+            (c * per_request for c in used.values()),
+            result.cpu_seconds * per_request,
+            cpus=os.cpu_count() or 1,
+        ),
         "wall_s": round(result.wall_seconds, 2),
     }
 

@@ -9,7 +9,7 @@ one run is reproducible where a req/s figure is not. No I/O here; tests/unit/tes
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,11 +20,32 @@ def round_orders(paths: Sequence[str], rounds: int) -> list[list[str]]:
     return [list(paths) if i % 2 == 0 else list(reversed(paths)) for i in range(rounds)]
 
 
+def ceiling_rps(
+    process_cpu_us: Iterable[float], driver_cpu_us: float, *, cpus: int
+) -> float | None:
+    """The req/s a path could reach on this box at its measured CPU per request if no process
+    ever waited for another: every process it involves (the single-threaded services and Redis
+    of `process_cpu_us`, and the load driver) shares the `cpus` cores, and none of the
+    single-threaded ones gets more than one core. Only per-request CPU counts here, so a ratio of
+    two ceilings is what a perfect pipeline could give: when a target stands above it, no
+    scheduling or batching change reaches the target on this box, only less CPU per request.
+    None when nothing was measured."""
+    per_process = [c for c in process_cpu_us if c > 0]
+    total = sum(per_process) + max(0.0, driver_cpu_us)
+    if total <= 0:
+        return None
+    shared = cpus * 1e6 / total
+    return round(min(shared, 1e6 / max(per_process)) if per_process else shared, 1)
+
+
 def side(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One path's figures over its rounds: medians of req/s, latency and CPU per request."""
+    """One path's figures over its rounds: medians of req/s, latency and CPU per request, and of
+    the box's ceiling (`ceiling_rps`) when the rounds measured it."""
     if not measurements:
         raise ValueError("a path without measurements")
     cpu_names = sorted({n for m in measurements for n in m.get("cpu_us_per_request", {})})
+    ceilings = [float(m["ceiling_rps"]) for m in measurements if m.get("ceiling_rps")]
+    extra = {"ceiling_rps": round(statistics.median(ceilings), 1)} if ceilings else {}
     return {
         "rounds": len(measurements),
         "rps": round(statistics.median(float(m["rps"]) for m in measurements), 1),
@@ -39,6 +60,7 @@ def side(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             )
             for name in cpu_names
         },
+        **extra,
     }
 
 
@@ -58,7 +80,10 @@ class Ratio:
 def ratios(
     measured: Mapping[str, Mapping[str, Any]], wanted: Mapping[str, Ratio]
 ) -> dict[str, dict[str, Any]]:
-    """Each wanted ratio whose two paths were measured: value, target, met."""
+    """Each wanted ratio whose two paths were measured: value, target, met; and `ceiling`, the
+    ratio had `num` run at its `ceiling_rps` and `den` as measured, when `num` has one: the most
+    any overlap of `num`'s processes could give against today's `den` (a target above it
+    needs less CPU per request on `num`'s path)."""
     out: dict[str, dict[str, Any]] = {}
     for name, r in wanted.items():
         if r.num not in measured or r.den not in measured:
@@ -70,20 +95,29 @@ def ratios(
             "target": r.target,
             "met": None if r.target is None or value is None else value >= r.target,
         }
+        num_ceiling = measured[r.num].get("ceiling_rps")
+        if num_ceiling and den > 0:
+            out[name]["ceiling"] = round(float(num_ceiling) / den, 3)
     return out
 
 
 def table_lines(measured: Mapping[str, Mapping[str, Any]], cpu_of: Mapping[str, str]) -> list[str]:
-    """One line per path: req/s, p50, p99 and the CPU per request of the process `cpu_of[path]`
-    names (the one that path measures: the gateway for gateway paths, hello for hello...)."""
-    lines = [f"{'path':<24} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11}  (process)"]
+    """One line per path: req/s, p50, p99, the CPU per request of the process `cpu_of[path]`
+    names (the one that path measures: the gateway for gateway paths, hello for hello...), the
+    path's box ceiling (`ceiling_rps`) and the share of it reached."""
+    lines = [
+        f"{'path':<24} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11}"
+        f" {'ceiling':>9} {'reached':>8}  (process)"
+    ]
     for path, s in measured.items():
         proc = cpu_of.get(path, "")
         cpu = s["cpu_us_per_request"].get(proc)
         cell = "n/a" if cpu is None else f"{cpu:.1f}"
+        top = s.get("ceiling_rps")
+        ceiling, reached = ("n/a", "n/a") if not top else (f"{top:,.0f}", f"{s['rps'] / top:.2f}")
         lines.append(
-            f"{path:<24} {s['rps']:>9,.0f} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {cell:>11}  "
-            f"({proc})"
+            f"{path:<24} {s['rps']:>9,.0f} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {cell:>11}"
+            f" {ceiling:>9} {reached:>8}  ({proc})"
         )
     return lines
 
@@ -97,5 +131,6 @@ def ratio_lines(computed: Mapping[str, Mapping[str, Any]]) -> list[str]:
             if r["target"] is None
             else (f"  (target >= {r['target']:.2f}: {'met' if r['met'] else 'NOT met'})")
         )
-        lines.append(f"  {name:<28} {value}{verdict}")
+        ceiling = "" if r.get("ceiling") is None else f"  [at its box ceiling {r['ceiling']:.2f}]"
+        lines.append(f"  {name:<28} {value}{verdict}{ceiling}")
     return lines
