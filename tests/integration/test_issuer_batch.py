@@ -1,13 +1,16 @@
 """ScriptBatcher against the real cluster: shared round trips, NOSCRIPT reload, MOVED refresh,
-and its node connections (resp.NodeConnection): replies over many reads, a closed connection."""
+a full batch written at once, and its node connections (resp.NodeConnection): replies over many
+reads, a closed connection."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+import redis
 from flashcoupon_common.lua import LuaScript
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -177,3 +180,53 @@ async def test_calls_survive_their_idle_connection_being_closed(own_client) -> N
     finally:
         await own_client.delete(key)
         await batcher.aclose()
+
+
+def _held_still_until(reader: redis.Redis, key: str, want: int, seconds: float) -> int:
+    """`key`'s counter once it reads `want`, or after `seconds`, read while the event loop is
+    blocked (a plain function, no await): whatever ran meanwhile was on the wire before."""
+    deadline = time.monotonic() + seconds
+    while (got := int(reader.get(key) or 0)) != want and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return got
+
+
+async def test_a_full_batch_is_on_the_wire_before_the_turn_ends(own_client) -> None:
+    # A full batch is written as its last call is queued, so its node runs it while this
+    # process goes on with the turn; a partial one waits for the end of the turn. Checked with
+    # the event loop held still (blocking reads from another client): only a batch already
+    # written can have run.
+    batcher = ScriptBatcher(own_client, client=f"eager-{uuid.uuid4().hex[:8]}", max_batch=4)
+    script = fresh_script()
+    key = f"{{t:{uuid.uuid4().hex}}}:n"
+    node = own_client.get_node_from_key(key)
+    reader = redis.Redis(host=node.host, port=node.port)
+    try:
+        assert await batcher.call(script, [key], [1]) == 1  # script loaded, a connection idle
+        full = [batcher.submit(script, [key], [1]) for _ in range(4)]
+        assert _held_still_until(reader, key, 5, 5.0) == 5, "the full batch was not written"
+        partial = batcher.submit(script, [key], [1])
+        assert _held_still_until(reader, key, 6, 0.2) == 5  # a partial one waits for the turn
+        assert await asyncio.gather(*full, partial) == [2, 3, 4, 5, 6]
+    finally:
+        reader.close()
+        await own_client.delete(key)
+        await batcher.aclose()
+
+
+async def test_closing_with_a_batch_written_but_not_yet_awaited_closes_its_connection(
+    own_client,
+) -> None:
+    batcher = ScriptBatcher(own_client, client=f"eager-close-{uuid.uuid4().hex[:8]}", max_batch=2)
+    script = fresh_script()
+    key = f"{{t:{uuid.uuid4().hex}}}:n"
+    try:
+        await batcher.call(script, [key], [1])
+        for _ in range(2):
+            batcher.submit(script, [key], [1])  # written now; its task has not run yet
+        busy = [c for q in batcher._queues.values() for c in q.busy]
+        assert len(busy) == 1
+        await batcher.aclose()  # cancels that task before its first step
+        assert all(c.transport is not None and c.transport.is_closing() for c in busy)
+    finally:
+        await own_client.delete(key)

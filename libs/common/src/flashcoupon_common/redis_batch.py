@@ -2,9 +2,11 @@
 
 redis-py has no auto-pipelining, and its ClusterPipeline refuses EVALSHA, so concurrent script
 calls would each pay a round trip. `ScriptBatcher.call()` queues the call on the node that owns
-its slot; once per event-loop tick (or when `max_batch` calls are waiting) each node's queue is
-written as one pipeline of EVALSHAs on one connection to that node, and the replies are read
-back in order. A node has at most `max_inflight` batches on the wire; calls arriving meanwhile
+its slot; at the end of each event-loop turn, and at once whenever `max_batch` calls are
+waiting, each node's queue is written as one pipeline of EVALSHAs on one connection to that
+node, and the replies are read back in order. Written in that very turn, not by a task a turn
+later: the node then runs a batch while this process reads the next calls, where waiting for
+the turn's end made them take turns (docs/issuer.md, "Batches on the wire at once"). A node has at most `max_inflight` batches on the wire; calls arriving meanwhile
 wait for the next batch, so batches grow with load instead of connections.
 
 A script declared with a `stride` (issue.lua) takes any number of calls in one run: the calls
@@ -105,8 +107,21 @@ class _NodeQueue:
     port: int
     calls: deque[_Call] = field(default_factory=deque)
     idle: list[NodeConnection] = field(default_factory=list)
+    busy: set[NodeConnection] = field(default_factory=set)  # closed by aclose too
     inflight: int = 0
     scheduled: bool = False
+
+
+@dataclass(slots=True)
+class _Sent:
+    """One batch as `_dispatch` prepared it: its frames and bytes and, when it went on the
+    wire at once, the connection and the future of its replies."""
+
+    frames: list[list[_Call]]
+    payload: bytes = b""
+    settled: list[bool] = field(default_factory=list)  # _settle_at_once settled every call
+    conn: NodeConnection | None = None
+    replies: asyncio.Future[list[Any]] | None = None
 
 
 class ScriptBatcher:
@@ -195,9 +210,11 @@ class ScriptBatcher:
                     item.future.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for queue in self._queues.values():
-            for conn in queue.idle:
+            # busy: a batch put on the wire whose task was cancelled before it first ran
+            for conn in [*queue.idle, *queue.busy]:
                 conn.close()
             queue.idle.clear()
+            queue.busy.clear()
 
     # ---- encoding
     def _encode(self, frame: list[_Call]) -> bytes:
@@ -231,12 +248,23 @@ class ScriptBatcher:
         if queue is None:
             queue = self._queues[node.name] = _NodeQueue(node.host, int(node.port))
         queue.calls.append(item)
-        if not queue.scheduled:
+        if len(queue.calls) >= self.max_batch:
+            self._dispatch(queue)  # a full batch goes now, not at the end of the turn
+        elif not queue.scheduled:
             queue.scheduled = True
             asyncio.get_running_loop().call_soon(self._flush, queue)
 
     def _flush(self, queue: _NodeQueue) -> None:
         queue.scheduled = False
+        self._dispatch(queue)
+
+    def _dispatch(self, queue: _NodeQueue) -> None:
+        """Put the queued calls on the wire, `max_batch` at a time, while `max_inflight` allows.
+
+        A batch is written here, in this loop turn, on an idle connection: its node starts
+        running it while this process goes on with the turn (the next presses, the next full
+        batch), instead of a turn later when the batch's task first runs. Without an idle
+        connection the task opens one."""
         while queue.calls and queue.inflight < self.max_inflight:
             batch = [queue.calls.popleft() for _ in range(min(self.max_batch, len(queue.calls)))]
             # A call whose caller gave up (future cancelled) is not sent: its answer is gone,
@@ -245,29 +273,47 @@ class ScriptBatcher:
             if not batch:
                 continue
             queue.inflight += 1
-            task = asyncio.get_running_loop().create_task(self._send(queue, batch))
+            sent = _Sent(_frames(batch))
+            sent.payload = b"".join([self._encode(f) for f in sent.frames]) + self._wait
+            if queue.idle:
+                conn = queue.idle.pop()
+                queue.busy.add(conn)
+                try:
+                    sent.replies = conn.send(
+                        sent.payload,
+                        len(sent.frames) + (1 if self.wait_replicas else 0),
+                        functools.partial(self._settle_at_once, sent.frames, sent.settled),
+                    )
+                    sent.conn = conn
+                except RedisConnectionError:
+                    queue.busy.discard(conn)
+                    conn.close()  # dropped while idle: the task opens a new one
+            task = asyncio.get_running_loop().create_task(self._send(queue, batch, sent))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    # ---- one pipeline on one connection
-    async def _send(self, queue: _NodeQueue, batch: list[_Call]) -> None:
+    async def _send(self, queue: _NodeQueue, batch: list[_Call], sent: _Sent) -> None:
         self._sizes.observe(len(batch))
-        frames = _frames(batch)
-        payload = b"".join([self._encode(f) for f in frames]) + self._wait
-        settled: list[bool] = []  # set by _settle_at_once when the replies needed nothing more
+        frames = sent.frames
+        settled = sent.settled  # set by _settle_at_once when the replies needed nothing more
         expected = len(frames) + (1 if self.wait_replicas else 0)
-        conn: NodeConnection | None = None
+        conn = sent.conn
         replies: list[Any] = []
         try:
             async with asyncio.timeout(self.command_timeout + self.wait_timeout_ms / 1000):
-                conn = (
-                    queue.idle.pop()
-                    if queue.idle
-                    else await NodeConnection.open(queue.host, queue.port)
-                )
-                replies = await conn.roundtrip(
-                    payload, expected, functools.partial(self._settle_at_once, frames, settled)
-                )
+                if sent.replies is not None and conn is not None:
+                    replies = await conn.replies(sent.replies)
+                else:
+                    if queue.idle:
+                        conn = queue.idle.pop()
+                    else:
+                        conn = await NodeConnection.open(queue.host, queue.port)
+                    queue.busy.add(conn)
+                    replies = await conn.roundtrip(
+                        sent.payload,
+                        expected,
+                        functools.partial(self._settle_at_once, frames, settled),
+                    )
                 missing = {
                     f[0].script.sha: f[0].script
                     for f, r in zip(frames, replies, strict=False)
@@ -279,6 +325,7 @@ class ScriptBatcher:
         except _TRANSIENT as exc:
             # The connection's state is unknown (a reply may be half read): drop it.
             if conn is not None:
+                queue.busy.discard(conn)
                 conn.close()
                 conn = None
             logger.warning(
@@ -293,11 +340,13 @@ class ScriptBatcher:
                 return
         except BaseException:
             if conn is not None:
+                queue.busy.discard(conn)
                 conn.close()
                 conn = None
             raise
         finally:
             if conn is not None:
+                queue.busy.discard(conn)
                 queue.idle.append(conn)
             queue.inflight -= 1
             if queue.calls and not queue.scheduled:

@@ -67,12 +67,27 @@ class NodeConnection(asyncio.Protocol):
         on_replies: Callable[[list[Any]], None] | None = None,
     ) -> list[Any]:
         """Send `payload`, return its `expected` replies (after `on_replies` saw them)."""
+        return await self.replies(self.send(payload, expected, on_replies))
+
+    def send(
+        self,
+        payload: bytes,
+        expected: int,
+        on_replies: Callable[[list[Any]], None] | None = None,
+    ) -> asyncio.Future[list[Any]]:
+        """Write `payload` in this loop turn; the future settles with its `expected` replies
+        (after `on_replies` saw them). Await it with `replies`: `roundtrip` in two halves, for
+        a caller that must put a batch on the wire before its own task could first run."""
         if self._lost is not None or self.transport is None or self.transport.is_closing():
             raise RedisConnectionError("connection closed by the server")
         waiter: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._waiter, self._on_replies = waiter, on_replies
         self._expected, self._replies = expected, []
         self.transport.write(payload)
+        return waiter
+
+    async def replies(self, waiter: asyncio.Future[list[Any]]) -> list[Any]:
+        """The replies of `send`'s round trip; the connection takes another one after."""
         try:
             return await waiter
         finally:
