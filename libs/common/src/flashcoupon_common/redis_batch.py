@@ -6,8 +6,9 @@ its slot; at the end of each event-loop turn, and at once whenever `max_batch` c
 waiting, each node's queue is written as one pipeline of EVALSHAs on one connection to that
 node, and the replies are read back in order. Written in that very turn, not by a task a turn
 later: the node then runs a batch while this process reads the next calls, where waiting for
-the turn's end made them take turns (docs/issuer.md, "Batches on the wire at once"). A node has at most `max_inflight` batches on the wire; calls arriving meanwhile
-wait for the next batch, so batches grow with load instead of connections.
+the turn's end made them take turns (docs/issuer.md, "Batches on the wire at once"). A node
+has at most `max_inflight` batches on the wire; calls arriving meanwhile wait for the next
+batch, so batches grow with load instead of connections.
 
 A script declared with a `stride` (issue.lua) takes any number of calls in one run: the calls
 of a batch with the same keys (the presses of one event) are sent as one EVALSHA whose ARGV is
