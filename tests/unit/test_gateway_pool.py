@@ -122,3 +122,83 @@ async def test_connect_failures_are_protocol_errors() -> None:
     # Port 9 (discard) on loopback is closed.
     with pytest.raises(ProtocolError, match=r"connect to 127\.0\.0\.1:9"):
         await HTTPPool("http://127.0.0.1:9").request("GET", "/x", {}, deadline_seconds=1)
+
+
+GET_X = b"GET /x HTTP/1.1\r\nHost: issuer:8081\r\nContent-Length: 0\r\n\r\n"
+
+
+async def test_send_now_writes_in_this_turn_and_answer_reads_it(server: _Server) -> None:
+    server.scripts = [[OK, OK, OK]]
+    pool = HTTPPool("http://issuer:8081")
+    assert pool.send_now("GET", "/x", {}) is None  # no idle connection yet: nothing written
+    await pool.request("GET", "/x", {}, deadline_seconds=1)
+    (peer,) = server.peers
+    sent = pool.send_now("GET", "/x", {})
+    assert sent is not None and peer.sent == [GET_X, GET_X]  # written, no await in between
+    assert pool.send_now("GET", "/x", {}) is None  # its connection is busy, none other idle
+    status, _, _, body = await pool.answer(sent, deadline_seconds=1)
+    assert (status, body) == (200, b"ok")
+    await pool.request("GET", "/x", {}, deadline_seconds=1)  # back among the idle ones
+    assert len(server.peers) == 1 and len(peer.sent) == 3
+
+
+async def test_send_now_writes_nothing_when_the_pool_is_full_or_the_request_unsafe(
+    server: _Server,
+) -> None:
+    server.scripts = [[OK, OK]]
+    pool = HTTPPool("http://issuer:8081", max_connections=1)
+    await pool.request("GET", "/x", {}, deadline_seconds=1)
+    (peer,) = server.peers
+    assert pool.send_now("GET", "/x", {"X-Bad": "a\r\nb"}) is None  # `request` raises it
+    assert pool._slots.take_now()  # another request holds the pool's one slot
+    assert pool.send_now("GET", "/x", {}) is None
+    assert len(peer.sent) == 1
+    pool._slots.give()
+    sent = pool.send_now("GET", "/x", {})
+    assert sent is not None and len(peer.sent) == 2  # on the connection left idle
+    assert (await pool.answer(sent, deadline_seconds=1))[0] == 200
+
+
+@pytest.mark.parametrize(("headers", "retried"), [({"Idempotency-Key": "k"}, True), ({}, False)])
+async def test_a_sent_request_whose_idle_connection_was_stale_retries_only_when_safe(
+    server: _Server, headers: dict[str, str], retried: bool
+) -> None:
+    server.scripts = [[OK, b""], [OK]]
+    pool = HTTPPool("http://issuer:8081")
+    await pool.request("POST", "/x", headers, deadline_seconds=1)
+    sent = pool.send_now("POST", "/x", headers, b"{}")
+    assert sent is not None
+    if retried:
+        assert (await pool.answer(sent, deadline_seconds=1))[0] == 200
+        assert server.peers[1].sent == server.peers[0].sent[1:]
+    else:
+        with pytest.raises(ProtocolError, match="before an answer"):
+            await pool.answer(sent, deadline_seconds=1)
+        assert len(server.peers) == 1
+    assert pool._slots.free == 100  # the slot was given back either way
+    assert server.peers[0].closed
+
+
+async def test_closing_the_pool_closes_a_sent_request_nobody_read(server: _Server) -> None:
+    server.scripts = [[OK, OK]]
+    pool = HTTPPool("http://issuer:8081")
+    await pool.request("GET", "/x", {}, deadline_seconds=1)
+    assert pool.send_now("GET", "/x", {}) is not None
+    await pool.aclose()
+    assert server.peers[0].closed
+
+
+async def test_slots_are_handed_in_order_and_a_cancelled_waiter_passes_its_slot_on() -> None:
+    slots = pool_module._Slots(1)
+    assert slots.take_now() and not slots.take_now()
+    first = asyncio.ensure_future(slots.take())
+    second = asyncio.ensure_future(slots.take())
+    await asyncio.sleep(0)
+    assert not slots.take_now()  # waiters come first, even once a slot is free
+    slots.give()  # handed to `first`...
+    first.cancel()  # ...which goes away before it runs: `second` gets the slot
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert second.done() and first.cancelled() and slots.free == 0
+    slots.give()
+    assert slots.free == 1 and slots.take_now()

@@ -62,7 +62,7 @@ DEFAULTS: dict[type, dict[str, Any]] = {
         "port": 8080,
         "upstream_timeout_seconds": 2.0,
         "upstream_connections": 200,
-        "issue_batch_max": 256,
+        "issue_batch_max": 32,
         "max_in_flight": 2000,
         "max_body_bytes": 4096,
         "breaker_failures": 5,

@@ -143,8 +143,21 @@ class Connection:
         after cancellation, the connection is closed. It is also closed after an answer that
         says `Connection: close` or whose body ends at the server's close.
         """
+        self.send(raw)
+        return await self.answer()
+
+    def send(self, raw: bytes) -> None:
+        """Write a built request in this loop turn (`exchange`'s first half, for a caller that
+        must have it on the wire before its own task could run); then `answer`."""
         try:
             self.writer.write(raw)
+        except _WIRE_ERRORS as exc:
+            self.close()
+            raise ProtocolError(f"{type(exc).__name__}: {exc}") from None
+
+    async def answer(self) -> Response:
+        """The whole answer to the request `send` wrote, as `exchange` reads it."""
+        try:
             try:
                 head = await self.reader.readuntil(b"\r\n\r\n")
             except asyncio.IncompleteReadError as exc:

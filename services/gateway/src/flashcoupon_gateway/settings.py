@@ -97,7 +97,7 @@ class GatewaySettings(FromEnv):
     upstream_connections: int = 200
     # Presses to one issuer in the same event-loop turn go as one request of at most this
     # many (flashcoupon_gateway.issue_batch); 0 forwards each press alone.
-    issue_batch_max: int = setting(256, check=between(0, 1024))
+    issue_batch_max: int = setting(32, check=between(0, 1024))
     max_in_flight: int = 2000
     max_body_bytes: int = 4096
     breaker_failures: int = 5

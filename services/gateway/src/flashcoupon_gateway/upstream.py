@@ -30,7 +30,7 @@ from flashcoupon_common.issue_batch import ALLOWANCE_HEADER, parse_allowance
 
 from flashcoupon_gateway.breaker import Breaker, State, Verdict, retry_after_header, verdict
 from flashcoupon_gateway.metrics import BREAKER_STATE, SHED, UPSTREAM_DURATION
-from flashcoupon_gateway.pool import HTTPPool
+from flashcoupon_gateway.pool import HTTPPool, Sent
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +171,14 @@ class Forwarder:
             raise unavailable("the wallet is unavailable; retry later", wait, "breaker_open")
         return self.wallet
 
+    def send_now(
+        self, up: Upstream, method: str, path: str, headers: Mapping[str, str], body: bytes
+    ) -> Sent | None:
+        """Write the request to `up` in this loop turn when its pool has an idle connection
+        (HTTPPool.send_now): pass the result to `call`, which reads the answer. None: `call`
+        sends it."""
+        return up.pool.send_now(method, path, {**headers, DEADLINE_HEADER: self._deadline_ms}, body)
+
     async def call(
         self,
         up: Upstream,
@@ -178,14 +186,23 @@ class Forwarder:
         path: str,
         headers: Mapping[str, str],
         body: bytes | None = None,
+        sent: Sent | None = None,
     ) -> Answer:
-        """One upstream request through `up`, whose breaker the caller acquired."""
+        """One upstream request through `up`, whose breaker the caller acquired; `sent`, the
+        same request already written by `send_now`."""
         start = time.perf_counter()
-        headers = {**headers, DEADLINE_HEADER: self._deadline_ms}
         try:
-            status, _, raw_headers, content = await up.pool.request(
-                method, path, headers, body, deadline_seconds=self.timeout
-            )
+            if sent is not None:
+                response = await up.pool.answer(sent, deadline_seconds=self.timeout)
+            else:
+                response = await up.pool.request(
+                    method,
+                    path,
+                    {**headers, DEADLINE_HEADER: self._deadline_ms},
+                    body,
+                    deadline_seconds=self.timeout,
+                )
+            status, _, raw_headers, content = response
         except TimeoutError:
             self._failed(up, start, "timeout")
             raise unavailable(
