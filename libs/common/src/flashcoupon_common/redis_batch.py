@@ -115,14 +115,14 @@ class _NodeQueue:
 
 @dataclass(slots=True)
 class _Sent:
-    """One batch as `_dispatch` prepared it: its frames and bytes and, when it went on the
-    wire at once, the connection and the future of its replies."""
+    """One batch as `_dispatch` prepared it: its frames, bytes and number of replies and, once
+    `_write` put it on the wire, its connection and the future of its replies (`wire`)."""
 
     frames: list[list[_Call]]
-    payload: bytes = b""
+    payload: bytes
+    expected: int
     settled: list[bool] = field(default_factory=list)  # _settle_at_once settled every call
-    conn: NodeConnection | None = None
-    replies: asyncio.Future[list[Any]] | None = None
+    wire: tuple[NodeConnection, asyncio.Future[list[Any]]] | None = None
 
 
 class ScriptBatcher:
@@ -274,18 +274,13 @@ class ScriptBatcher:
             if not batch:
                 continue
             queue.inflight += 1
-            sent = _Sent(_frames(batch))
-            sent.payload = b"".join([self._encode(f) for f in sent.frames]) + self._wait
+            frames = _frames(batch)
+            payload = b"".join([self._encode(f) for f in frames]) + self._wait
+            sent = _Sent(frames, payload, len(frames) + (1 if self.wait_replicas else 0))
             if queue.idle:
                 conn = queue.idle.pop()
-                queue.busy.add(conn)
                 try:
-                    sent.replies = conn.send(
-                        sent.payload,
-                        len(sent.frames) + (1 if self.wait_replicas else 0),
-                        functools.partial(self._settle_at_once, sent.frames, sent.settled),
-                    )
-                    sent.conn = conn
+                    self._write(queue, conn, sent)
                 except RedisConnectionError:
                     queue.busy.discard(conn)
                     conn.close()  # dropped while idle: the task opens a new one
@@ -293,28 +288,36 @@ class ScriptBatcher:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
+    def _write(
+        self, queue: _NodeQueue, conn: NodeConnection, sent: _Sent
+    ) -> tuple[NodeConnection, asyncio.Future[list[Any]]]:
+        """Put `sent` on the wire on `conn`, busy until `_send` has its replies."""
+        queue.busy.add(conn)
+        replies = conn.send(
+            sent.payload,
+            sent.expected,
+            functools.partial(self._settle_at_once, sent.frames, sent.settled),
+        )
+        sent.wire = (conn, replies)
+        return sent.wire
+
     async def _send(self, queue: _NodeQueue, batch: list[_Call], sent: _Sent) -> None:
         self._sizes.observe(len(batch))
         frames = sent.frames
         settled = sent.settled  # set by _settle_at_once when the replies needed nothing more
-        expected = len(frames) + (1 if self.wait_replicas else 0)
-        conn = sent.conn
+        wire = sent.wire
+        conn = None if wire is None else wire[0]
         replies: list[Any] = []
         try:
             async with asyncio.timeout(self.command_timeout + self.wait_timeout_ms / 1000):
-                if sent.replies is not None and conn is not None:
-                    replies = await conn.replies(sent.replies)
-                else:
+                if wire is None:  # not written by _dispatch: no connection was idle then
                     if queue.idle:
                         conn = queue.idle.pop()
                     else:
                         conn = await NodeConnection.open(queue.host, queue.port)
-                    queue.busy.add(conn)
-                    replies = await conn.roundtrip(
-                        sent.payload,
-                        expected,
-                        functools.partial(self._settle_at_once, frames, settled),
-                    )
+                    wire = self._write(queue, conn, sent)
+                conn, waiting = wire
+                replies = await conn.replies(waiting)
                 missing = {
                     f[0].script.sha: f[0].script
                     for f, r in zip(frames, replies, strict=False)
@@ -355,7 +358,7 @@ class ScriptBatcher:
                 asyncio.get_running_loop().call_soon(self._flush, queue)
         if settled:
             return
-        acked = replies[-1] if self.wait_replicas and len(replies) == expected else None
+        acked = replies[-1] if self.wait_replicas and len(replies) == sent.expected else None
         calls, answers = _unframe(frames, replies)
         self._settle(calls, answers, acked)
 

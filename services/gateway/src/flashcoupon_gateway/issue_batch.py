@@ -68,23 +68,22 @@ class IssueBatcher:
         waiting = self._pending.pop(up, None)
         if not waiting:
             return
-        body: bytes | None = None
-        sent: Sent | None = None
         try:
             body = issue_batch.encode_presses([press for press, _ in waiting])
-        except orjson.JSONEncodeError:
-            pass  # (a lone surrogate in a user id) the task raises it to every press
-        else:
-            # On the wire now, on an idle connection: the issuer starts on this batch while
-            # the rest of this turn runs (the next presses, the next full batch), not a turn
-            # later when the task below first runs (docs/gateway.md, "Batches on the wire").
-            sent = self.forwarder.send_now(up, "POST", issue_batch.BATCH_PATH, _JSON, body)
+        except orjson.JSONEncodeError as exc:  # a lone surrogate in a user id
+            for _, future in waiting:
+                future.set_exception(_own_copy(exc))
+            return
+        # On the wire now, on an idle connection: the issuer starts on this batch while the
+        # rest of this turn runs (the next presses, the next full batch), not a turn later
+        # when the task below first runs (docs/gateway.md, "Batches on the wire at once").
+        sent = self.forwarder.send_now(up, "POST", issue_batch.BATCH_PATH, _JSON, body)
         task = asyncio.get_running_loop().create_task(self._send(up, waiting, body, sent))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
     async def _send(
-        self, up: Upstream, waiting: list[_Waiting], body: bytes | None, sent: Sent | None
+        self, up: Upstream, waiting: list[_Waiting], body: bytes, sent: Sent | None
     ) -> None:
         ISSUE_BATCH_SIZE.observe(len(waiting))
         presses = [press for press, _ in waiting]
@@ -104,11 +103,9 @@ class IssueBatcher:
                 future.set_result(answer)
 
     async def _call(
-        self, up: Upstream, presses: list[Press], body: bytes | None, sent: Sent | None
+        self, up: Upstream, presses: list[Press], body: bytes, sent: Sent | None
     ) -> list[Answer]:
         path = issue_batch.BATCH_PATH
-        if body is None:
-            body = issue_batch.encode_presses(presses)
         batch = await self.forwarder.call(up, "POST", path, _JSON, body, sent)
         if batch.status != 200:
             if refuses_allowances(batch, presses):

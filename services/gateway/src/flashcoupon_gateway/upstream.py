@@ -177,7 +177,10 @@ class Forwarder:
         """Write the request to `up` in this loop turn when its pool has an idle connection
         (HTTPPool.send_now): pass the result to `call`, which reads the answer. None: `call`
         sends it."""
-        return up.pool.send_now(method, path, {**headers, DEADLINE_HEADER: self._deadline_ms}, body)
+        return up.pool.send_now(method, path, self._with_deadline(headers), body)
+
+    def _with_deadline(self, headers: Mapping[str, str]) -> dict[str, str]:
+        return {**headers, DEADLINE_HEADER: self._deadline_ms}
 
     async def call(
         self,
@@ -196,11 +199,7 @@ class Forwarder:
                 response = await up.pool.answer(sent, deadline_seconds=self.timeout)
             else:
                 response = await up.pool.request(
-                    method,
-                    path,
-                    {**headers, DEADLINE_HEADER: self._deadline_ms},
-                    body,
-                    deadline_seconds=self.timeout,
+                    method, path, self._with_deadline(headers), body, deadline_seconds=self.timeout
                 )
             status, _, raw_headers, content = response
         except TimeoutError:
