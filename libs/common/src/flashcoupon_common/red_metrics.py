@@ -3,7 +3,8 @@ and RouteMetrics for the hot routes served outside Starlette (the issuer's Issue
 gateway's IssueFastPath), recorded under the same names and labels.
 
 Labels use the route *template* (`/v1/events/{eventId}/issue`), never the raw path, so an
-attacker cannot blow up the series count with random URLs.
+attacker cannot blow up the series count with random URLs. Both families are tallies
+(flashcoupon_common.tally): recorded without a lock, from the event loop's thread.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from prometheus_client import Counter, Gauge, Histogram
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-HTTP_REQUESTS = Counter(
+from flashcoupon_common.tally import CounterTally, HistogramTally
+
+HTTP_REQUESTS = CounterTally(
     "flashcoupon_http_requests_total",
     "HTTP requests by service, route template, method and status",
     ["service", "route", "method", "status"],
 )
-HTTP_DURATION = Histogram(
+HTTP_DURATION = HistogramTally(
     "flashcoupon_http_request_duration_seconds",
     "HTTP request duration by service and route template",
     ["service", "route", "method"],
@@ -28,13 +31,14 @@ HTTP_DURATION = Histogram(
 )
 
 
-M = TypeVar("M", Counter, Gauge, Histogram)
+M = TypeVar("M", Counter, Gauge, Histogram, CounterTally, HistogramTally)
 
 
 class Children(Generic[M]):
     """A metric's label children, each created once.
 
-    `labels()` takes a lock and builds a tuple per call, which shows on a hot path. Use only
+    prometheus_client's `labels()` takes a lock and builds a tuple per call, which shows on a
+    hot path (a tally's is cheaper, still a lookup). Use only
     with bounded label values (status codes, route templates, events that exist), and
     `forget()` an event's series when the event goes away.
     """

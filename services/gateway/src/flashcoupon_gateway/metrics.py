@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from flashcoupon_common.tally import CounterTally
+from prometheus_client import Gauge, Histogram
 
-RATE_LIMITED = Counter(
+# Counters of answers (one increment per request in a storm of 429s, 202s or 503s): tallies,
+# no lock per increment (flashcoupon_common.tally).
+RATE_LIMITED = CounterTally(
     "flashcoupon_gateway_rate_limited_total",
     "Requests answered 429, by scope (ip, user, event) and where decided (local, redis)",
     ["scope", "where"],
@@ -14,7 +17,7 @@ QUEUE_LENGTH = Gauge(
     "Shoppers waiting in an event's waiting room (tickets not yet admitted)",
     ["event"],
 )
-QUEUED = Counter(
+QUEUED = CounterTally(
     "flashcoupon_gateway_queued_total", "Issue requests answered 202 QUEUED", ["event"]
 )
 BREAKER_STATE = Gauge(
@@ -22,7 +25,7 @@ BREAKER_STATE = Gauge(
     "Circuit breaker per issuer upstream: 0 closed, 1 half-open, 2 open",
     ["upstream"],
 )
-SHED = Counter(
+SHED = CounterTally(
     "flashcoupon_gateway_shed_total",
     "Requests answered 503 without reaching an upstream, by reason",
     ["reason"],

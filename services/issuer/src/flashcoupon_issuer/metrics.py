@@ -9,9 +9,11 @@ ended event's stock gauge too.
 from __future__ import annotations
 
 from flashcoupon_common.red_metrics import Children
+from flashcoupon_common.tally import CounterTally
 from prometheus_client import Counter, Gauge
 
-ISSUANCE = Counter(
+# Counted on every press: tallies (flashcoupon_common.tally), no lock per increment.
+ISSUANCE = CounterTally(
     "flashcoupon_issuer_issuance_total",
     "Issue requests by event and outcome (ISSUED: a new coupon, REPLAYED: one issued before, "
     "DUPLICATE, SOLD_OUT, ...)",
@@ -22,7 +24,7 @@ STOCK_REMAINING = Gauge(
     "Coupons left per event, as last seen by this issuer process",
     ["event"],
 )
-SOLD_OUT_LOCAL = Counter(
+SOLD_OUT_LOCAL = CounterTally(
     "flashcoupon_issuer_sold_out_local_total",
     "SOLD_OUT answers given from the local flag, without a Redis call",
     ["event"],
