@@ -99,3 +99,28 @@ def test_json_response_heads_as_starlette_would() -> None:
                 theirs.raw_headers,
             ), (status, headers)
             assert ours.background is None
+
+
+def test_raw_response_heads_as_starlette_would() -> None:
+    """RawResponse (the gateway's relayed answers) sends byte for byte the head Starlette's
+    Response would: names lower-cased, Content-Length added unless given or body-less."""
+    from flashcoupon_common.http import RawResponse
+    from starlette.responses import Response
+
+    body = b'{"couponCode":"ABCD"}'
+    heads: list[dict[str, str]] = [
+        {},
+        {"content-type": "application/json", "RateLimit-Limit": "5", "RateLimit-Reset": "1"},
+        {"Content-Type": "application/problem+json", "Retry-After": "2"},
+        {"content-type": "text/plain", "Content-Length": "21"},
+    ]
+    for status in (100, 200, 201, 204, 304, 409, 410, 503):
+        for headers in heads:
+            ours = RawResponse(body, status, headers)
+            theirs = Response(body, status, headers=headers)
+            assert (ours.status_code, ours.body, ours.raw_headers) == (
+                theirs.status_code,
+                theirs.body,
+                theirs.raw_headers,
+            ), (status, headers)
+            assert ours.background is None

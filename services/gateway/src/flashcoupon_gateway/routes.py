@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 from flashcoupon_common import validation
-from flashcoupon_common.http import JSONResponse, ProblemError, json_body, problem
+from flashcoupon_common.http import JSONResponse, ProblemError, RawResponse, json_body, problem
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -38,7 +38,9 @@ def gw(request: Request) -> Gateway:
 
 
 def relay(answer: Answer, extra: dict[str, str] | None = None) -> Response:
-    return Response(answer.body, answer.status, headers={**answer.headers, **(extra or {})})
+    return RawResponse(
+        answer.body, answer.status, {**answer.headers, **extra} if extra else answer.headers
+    )
 
 
 async def optional_json_body(request: Request, max_bytes: int) -> None:
