@@ -14,8 +14,8 @@ expire, since a shopper pressing the button again sends the same token.
 
 from __future__ import annotations
 
-import base64
 import binascii
+import hashlib
 import hmac
 import logging
 import re
@@ -84,9 +84,9 @@ _USER_ID = re.compile(r"^[^\s{}]{1,128}$")
 def _b64url(segment: bytes) -> bytes:
     if b"+" in segment or b"/" in segment or b"=" in segment:
         raise unauthorized("token is invalid: DecodeError")
-    try:
-        return base64.b64decode(
-            segment.translate(_B64_TO_STD) + b"=" * (-len(segment) % 4), validate=True
+    try:  # what base64.b64decode(..., validate=True) does, one call less
+        return binascii.a2b_base64(
+            segment.translate(_B64_TO_STD) + b"=" * (-len(segment) % 4), strict_mode=True
         )
     except binascii.Error:
         raise unauthorized("token is invalid: DecodeError") from None
@@ -119,10 +119,17 @@ def _check_header(h: bytes) -> None:
     _GOOD_HEADERS.add(h)
 
 
+def hs256_signer(key: bytes) -> hmac.HMAC:
+    """The HMAC-SHA256 state keyed once: `verify_hs256` copies it per token instead of keying
+    (and looking up SHA-256) again, ~1 us less per verification."""
+    return hmac.new(key, digestmod=hashlib.sha256)
+
+
 def verify_hs256(
-    token: str, key: bytes, *, audience: str, leeway: float, now: float
+    token: str, signer: hmac.HMAC, *, audience: str, leeway: float, now: float
 ) -> dict[str, Any]:
-    """The claims of an HS256 JWT whose signature, exp, nbf, iat and aud hold; else 401."""
+    """The claims of an HS256 JWT whose signature, exp, nbf, iat and aud hold; else 401.
+    `signer` is `hs256_signer(key)`."""
     raw = token.encode("ascii", "replace")
     parts = raw.split(b".")
     if len(parts) != 3 or len(raw) > 8192:
@@ -134,7 +141,9 @@ def verify_hs256(
         claims = orjson.loads(_b64url(p))
     except orjson.JSONDecodeError:
         raise unauthorized("token is invalid: DecodeError") from None
-    expected = hmac.digest(key, h + b"." + p, "sha256")
+    mac = signer.copy()
+    mac.update(h + b"." + p)
+    expected = mac.digest()
     if not hmac.compare_digest(expected, _b64url(s)):
         raise unauthorized("token is invalid: InvalidSignatureError")
     if not isinstance(claims, dict):
@@ -204,6 +213,7 @@ class Authenticator:
         # cache of Principal objects, ~90k of them under a crowd, was walked by every full
         # collection: 20-60 ms pauses and ~3 % of the gateway's CPU (issue 13).
         self._cache: dict[str, tuple[str, float]] = {}
+        self._signer = None if settings.secret is None else hs256_signer(settings.secret.encode())
 
     async def authenticate(self, authorization: str | None) -> Principal:
         principal = self.authenticate_now(authorization)
@@ -223,11 +233,11 @@ class Authenticator:
                 return Principal(*cached)
             del self._cache[token]
             raise unauthorized("token has expired")
-        s = self.settings
-        if s.secret is None:
+        if self._signer is None:
             return None
+        s = self.settings
         claims = verify_hs256(
-            token, s.secret.encode(), audience=s.audience, leeway=s.leeway_seconds, now=time.time()
+            token, self._signer, audience=s.audience, leeway=s.leeway_seconds, now=time.time()
         )
         return self._remember(
             token, Principal(valid_user_id(claims.get("sub")), float(claims["exp"]))
