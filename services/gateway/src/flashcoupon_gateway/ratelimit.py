@@ -25,8 +25,8 @@ import itertools
 import math
 import time
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from flashcoupon_common.aio import in_order
 from flashcoupon_common.http import ProblemError
@@ -36,23 +36,23 @@ from flashcoupon_gateway.metrics import RATE_LIMITED
 from flashcoupon_gateway.scripts import RATELIMIT, ScriptRunner
 
 
-@dataclass(frozen=True, slots=True)
-class Check:
+# Check and Outcome are made for every request: NamedTuples, immutable like a frozen
+# dataclass at well under half its construction cost (~0.6 against ~1.6 us).
+class Check(NamedTuple):
     scope: str  # ip | user | event: the metric label and the problem's `scope`
     base: str  # the hash-tagged key name, e.g. {rl:ip:10.0.0.1}
     limit: gcra.Limit
-    # The Redis key: the name plus the limit's parameters, because a TAT only means something
-    # under the interval and burst that produced it. Processes configured differently (a
-    # rolling config change, or tests sharing one Redis) keep separate state instead of
-    # misreading each other's.
-    key: str = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key", self.base + self.limit.signature)
+    @property
+    def key(self) -> str:
+        """The Redis key: the name plus the limit's parameters, because a TAT only means
+        something under the interval and burst that produced it. Processes configured
+        differently (a rolling config change, or tests sharing one Redis) keep separate state
+        instead of misreading each other's."""
+        return self.base + self.limit.signature
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     check: Check
     allowed: bool
     retry_after_us: int

@@ -22,7 +22,7 @@ import logging
 import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from flashcoupon_common.http import ProblemError
 from flashcoupon_common.http1 import ProtocolError, UnsafeRequestError
@@ -47,8 +47,7 @@ _JSON_TYPES = (b"application/json", b"application/problem+json")
 _ALLOWANCE = ALLOWANCE_HEADER.lower().encode()
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(NamedTuple):  # one per forwarded press: cheaper to make than a frozen dataclass
     status: int
     body: bytes
     headers: dict[str, str]
