@@ -52,3 +52,23 @@ def test_upstream_headers_replace_any_client_user_header() -> None:
     assert headers["traceparent"].startswith("00-")
     with pytest.raises(ProblemError):
         upstream_headers(request({"Idempotency-Key": "has space"}), "alice")
+
+
+def test_header_values_read_as_starlette_reads_them() -> None:
+    """header_value (one pass over the raw headers) answers what request.headers.get does:
+    the first of repeated headers, None when absent, Latin-1 values, any name case sent."""
+    from flashcoupon_gateway.service import header_value
+
+    raw = [
+        (b"x-request-id", b"first"),
+        (b"authorization", b"Bearer abc"),
+        (b"x-request-id", b"second"),
+        (b"x-note", "caf\u00e9".encode("latin-1")),
+    ]
+    ours = Request({"type": "http", "headers": raw, "method": "POST"})
+    theirs = Request({"type": "http", "headers": raw, "method": "POST"})
+    for name in ("x-request-id", "authorization", "x-note", "traceparent", "idempotency-key"):
+        assert header_value(ours, name.encode()) == theirs.headers.get(name), name
+    assert header_value(ours, b"x-request-id") == "first"
+    assert header_value(ours, b"x-note") == "caf\u00e9"
+    assert header_value(ours, b"traceparent") is None

@@ -18,6 +18,7 @@ from flashcoupon_gateway.service import (
     Queued,
     checked_code,
     checked_event_id,
+    header_value,
     sold_out,
     upstream_headers,
 )
@@ -45,8 +46,8 @@ def relay(answer: Answer, extra: dict[str, str] | None = None) -> Response:
 
 async def optional_json_body(request: Request, max_bytes: int) -> None:
     """Issue takes no body; one that is sent must still be small, well-formed JSON."""
-    if request.headers.get("content-length", "0") == "0" and "transfer-encoding" not in (
-        request.headers
+    if header_value(request, b"content-length") in (None, "0") and (
+        header_value(request, b"transfer-encoding") is None
     ):
         return
     await json_body(request, max_bytes=max_bytes)
