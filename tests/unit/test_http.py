@@ -93,12 +93,7 @@ def test_json_response_heads_as_starlette_would() -> None:
             theirs = Response(
                 orjson.dumps(content), status, headers=headers, media_type="application/json"
             )
-            assert (ours.status_code, ours.body, ours.raw_headers) == (
-                theirs.status_code,
-                theirs.body,
-                theirs.raw_headers,
-            ), (status, headers)
-            assert ours.background is None
+            _assert_same_head(ours, theirs, (status, headers))
 
 
 def test_raw_response_heads_as_starlette_would() -> None:
@@ -118,9 +113,16 @@ def test_raw_response_heads_as_starlette_would() -> None:
         for headers in heads:
             ours = RawResponse(body, status, headers)
             theirs = Response(body, status, headers=headers)
-            assert (ours.status_code, ours.body, ours.raw_headers) == (
-                theirs.status_code,
-                theirs.body,
-                theirs.raw_headers,
-            ), (status, headers)
-            assert ours.background is None
+            _assert_same_head(ours, theirs, (status, headers))
+
+
+def _assert_same_head(ours: object, theirs: object, case: object) -> None:
+    from starlette.responses import Response
+
+    assert isinstance(ours, Response) and isinstance(theirs, Response)
+    assert (ours.status_code, ours.body, ours.raw_headers) == (
+        theirs.status_code,
+        theirs.body,
+        theirs.raw_headers,
+    ), case
+    assert ours.background is None

@@ -22,6 +22,7 @@ import bisect
 import os
 import time
 from collections.abc import Iterator, Sequence
+from typing import Generic, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -69,8 +70,13 @@ class Spread:
         self.sum += value
 
 
-class _Tally(Collector):
-    """The series of one metric by label values; registered with `registry` at creation."""
+S = TypeVar("S", Count, Spread)
+
+
+class _Tally(Collector, Generic[S]):
+    """The series of one metric by label values; registered with `registry` at creation.
+    A subclass says how a series starts (`_new`) and how the family reads (`_family`,
+    `_add`)."""
 
     def __init__(
         self,
@@ -82,20 +88,18 @@ class _Tally(Collector):
         self.name = name
         self.documentation = documentation
         self.labelnames = tuple(labelnames)
-        self._series: dict[tuple[str, ...], object] = {}
+        self._series: dict[tuple[str, ...], S] = {}
         if registry is not None:
             registry.register(self)
 
-    def _child(self, values: tuple[str, ...]) -> object:
-        if len(values) != len(self.labelnames):
-            raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
+    def labels(self, *values: str) -> S:
+        """The series of these label values, made (at 0) on first use."""
         child = self._series.get(values)
         if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
             child = self._series[values] = self._new()
         return child
-
-    def _new(self) -> object:
-        raise NotImplementedError
 
     def remove(self, *values: str) -> None:
         self._series.pop(tuple(values), None)
@@ -105,35 +109,39 @@ class _Tally(Collector):
 
     def describe(self) -> Iterator[Metric]:
         # What the registry checks for duplicate names when this tally is registered.
-        yield from self._empty_families()
+        yield self._family()
 
-    def _empty_families(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for values, child in list(self._series.items()):
+            self._add(family, values, child)
+        yield family
+
+    def _new(self) -> S:
+        raise NotImplementedError
+
+    def _family(self) -> Metric:
+        raise NotImplementedError
+
+    def _add(self, family: Metric, values: tuple[str, ...], child: S) -> None:
         raise NotImplementedError
 
 
-class CounterTally(_Tally):
+class CounterTally(_Tally[Count]):
     """A counter family (`<name>_total`), as prometheus_client.Counter exposes it."""
-
-    def labels(self, *values: str) -> Count:
-        child = self._child(tuple(values))
-        assert isinstance(child, Count)
-        return child
 
     def _new(self) -> Count:
         return Count()
 
-    def _empty_families(self) -> Iterator[Metric]:
-        yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in list(self._series.items()):
-            assert isinstance(child, Count)
-            family.add_metric(values, child.value, created=child.created if _CREATED else None)
-        yield family
+    def _add(self, family: Metric, values: tuple[str, ...], child: Count) -> None:
+        assert isinstance(family, CounterMetricFamily)
+        family.add_metric(values, child.value, created=child.created if _CREATED else None)
 
 
-class HistogramTally(_Tally):
+class HistogramTally(_Tally[Spread]):
     """A histogram family (`_bucket`, `_count`, `_sum`), as prometheus_client.Histogram
     exposes it; `buckets` are the finite upper bounds, +Inf is added."""
 
@@ -153,27 +161,19 @@ class HistogramTally(_Tally):
         self._les = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
         super().__init__(name, documentation, labelnames, registry)
 
-    def labels(self, *values: str) -> Spread:
-        child = self._child(tuple(values))
-        assert isinstance(child, Spread)
-        return child
-
     def _new(self) -> Spread:
         return Spread(self.bounds)
 
-    def _empty_families(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+    def _family(self) -> HistogramMetricFamily:
+        return HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
-    def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in list(self._series.items()):
-            assert isinstance(child, Spread)
-            total, cumulative = 0, []
-            for le, n in zip(self._les, list(child.counts), strict=True):
-                total += n
-                cumulative.append((le, float(total)))
-            family.add_metric(values, cumulative, child.sum)
-            if _CREATED:
-                labels = dict(zip(self.labelnames, values, strict=True))
-                family.samples.append(Sample(self.name + "_created", labels, child.created))
-        yield family
+    def _add(self, family: Metric, values: tuple[str, ...], child: Spread) -> None:
+        assert isinstance(family, HistogramMetricFamily)
+        total, cumulative = 0, []
+        for le, n in zip(self._les, list(child.counts), strict=True):
+            total += n
+            cumulative.append((le, float(total)))
+        family.add_metric(values, cumulative, child.sum)
+        if _CREATED:
+            labels = dict(zip(self.labelnames, values, strict=True))
+            family.samples.append(Sample(self.name + "_created", labels, child.created))
