@@ -135,6 +135,17 @@ def _discount(kind: Any, amount: Any, percent: Any, max_amount: Any) -> Discount
     return discount
 
 
+def _coupon(reply: Sequence[Any], i: int) -> Coupon:
+    """The coupon whose eight fields start at `reply[i]`."""
+    return Coupon(
+        _s(reply[i]),
+        _s(reply[i + 1]),
+        _discount(reply[i + 2], reply[i + 3], reply[i + 4], reply[i + 5]),
+        int(reply[i + 6]),
+        int(reply[i + 7]),
+    )
+
+
 def parse_reply(reply: Sequence[Any]) -> Outcome:
     """issue.lua's reply → Outcome (layout documented at the top of issue.lua)."""
     status = _s(reply[0])
@@ -146,29 +157,17 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
         allowance = Allowance(left, reset, second if status == "LIMITED" else 0)
         if status == "LIMITED":
             return Outcome(status, allowance=allowance)
-    coupons = tuple(
-        [
-            Coupon(
-                _s(reply[i]),
-                _s(reply[i + 1]),
-                _discount(reply[i + 2], reply[i + 3], reply[i + 4], reply[i + 5]),
-                int(reply[i + 6]),
-                int(reply[i + 7]),
-            )
-            for i in range(4, 4 + 8 * count, 8)
-        ]
-    )
+    if count == 1:  # an issue, a replay, a DUPLICATE at the default limit: the common case
+        coupons: tuple[Coupon, ...] = (_coupon(reply, 4),)
+    else:
+        coupons = tuple([_coupon(reply, i) for i in range(4, 4 + 8 * count, 8)])
     if status in ("NOT_STARTED", "ENDED"):
         return Outcome(status, at_ms=second, allowance=allowance)
-    return Outcome(
-        status,
-        coupons=coupons,
-        # Only ISSUED and SOLD_OUT say how much stock is left; PAUSED and NOT_FOUND carry a
-        # placeholder 0 that must not read as "sold out" (issue 10).
-        remaining=second if second >= 0 and status in _STOCK_ANSWERS else None,
-        replay=int(reply[2]) == 1,
-        allowance=allowance,
-    )
+    # Positional (status, coupons, remaining, replay, at_ms, allowance): a third cheaper to
+    # make than by keywords. Only ISSUED and SOLD_OUT say how much stock is left; PAUSED and
+    # NOT_FOUND carry a placeholder 0 that must not read as "sold out" (issue 10).
+    remaining = second if second >= 0 and status in _STOCK_ANSWERS else None
+    return Outcome(status, coupons, remaining, int(reply[2]) == 1, None, allowance)
 
 
 _STOCK_ANSWERS = frozenset({"ISSUED", "SOLD_OUT"})
