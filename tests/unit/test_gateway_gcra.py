@@ -175,3 +175,27 @@ def test_a_limit_is_made_once_and_names_its_keys() -> None:
         Check("ip", "{rl:ip:1.2.3.4}", gcra.limit(10.0, 21)).key
         != Check("ip", "{rl:ip:1.2.3.4}", a).key
     )
+
+
+def test_rate_headers_name_the_tightest_outcome_with_its_limit() -> None:
+    """RateLimit-* for the most constraining outcome (a refusal first, then the fewest left):
+    its limit's burst and window (burst / rate, at least 1 s), its reset rounded up to whole
+    seconds, exactly at the boundary too."""
+    ip = Check("ip", "{rl:ip:1.2.3.4}", gcra.limit(1000.0, 2000))
+    user = Check("user", "{rl:u:ann}:ev:e", gcra.limit(0.5, 3))
+    roomy, tight = Outcome(ip, True, 0, 1500, 2_000_001), Outcome(user, True, 0, 2, 2_000_000)
+    assert rate_headers([roomy, tight]) == {
+        "RateLimit-Limit": "3",
+        "RateLimit-Remaining": "2",
+        "RateLimit-Reset": "2",
+        "RateLimit-Policy": "3;w=6",
+    }
+    refused = Outcome(ip, False, 5_000, 0, 1)
+    assert rate_headers([tight, refused]) == {
+        "RateLimit-Limit": "2000",
+        "RateLimit-Remaining": "0",
+        "RateLimit-Reset": "1",
+        "RateLimit-Policy": "2000;w=2",
+    }
+    assert rate_headers([roomy])["RateLimit-Reset"] == "3"
+    assert rate_headers([]) == {}

@@ -99,14 +99,18 @@ def rate_headers(outcomes: Sequence[Outcome]) -> dict[str, str]:
     """RateLimit-* headers (IETF draft) for the most constraining of the outcomes."""
     if not outcomes:
         return {}
-    tight = min(outcomes, key=lambda o: (o.allowed, o.remaining))
+    tight = outcomes[0] if len(outcomes) == 1 else min(outcomes, key=_tightness)
+    limit = tight.check.limit
     return {
-        "RateLimit-Limit": str(tight.check.limit.burst),
+        "RateLimit-Limit": limit.limit_header,
         "RateLimit-Remaining": str(tight.remaining),
-        "RateLimit-Reset": str(math.ceil(tight.reset_us / gcra.MICROS)),
-        "RateLimit-Policy": f"{tight.check.limit.burst};w="
-        f"{max(1, round(tight.check.limit.burst / tight.check.limit.per_second))}",
+        "RateLimit-Reset": str(-(-tight.reset_us // gcra.MICROS)),  # whole seconds, rounded up
+        "RateLimit-Policy": limit.policy_header,
     }
+
+
+def _tightness(outcome: Outcome) -> tuple[bool, int]:
+    return outcome.allowed, outcome.remaining
 
 
 def rate_limited(outcome: Outcome) -> ProblemError:

@@ -35,7 +35,8 @@ _STATE_NAMES = {
 
 
 def gw(request: Request) -> Gateway:
-    return request.state.gateway  # type: ignore[no-any-return]
+    # The lifespan's state, read from the scope: `request.state` makes a State object first.
+    return request.scope["state"]["gateway"]  # type: ignore[no-any-return]
 
 
 def relay(answer: Answer, extra: dict[str, str] | None = None) -> Response:
