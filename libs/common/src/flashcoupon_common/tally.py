@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import os
 import time
+from abc import abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
@@ -104,9 +105,6 @@ class _Tally(Collector, Generic[S]):
     def remove(self, *values: str) -> None:
         self._series.pop(tuple(values), None)
 
-    def clear(self) -> None:
-        self._series.clear()
-
     def describe(self) -> Iterator[Metric]:
         # What the registry checks for duplicate names when this tally is registered.
         yield self._family()
@@ -117,14 +115,17 @@ class _Tally(Collector, Generic[S]):
             self._add(family, values, child)
         yield family
 
+    @abstractmethod
     def _new(self) -> S:
-        raise NotImplementedError
+        """A new series, at 0."""
 
+    @abstractmethod
     def _family(self) -> Metric:
-        raise NotImplementedError
+        """The family, without samples."""
 
+    @abstractmethod
     def _add(self, family: Metric, values: tuple[str, ...], child: S) -> None:
-        raise NotImplementedError
+        """Add the samples of one series to `family`."""
 
 
 class CounterTally(_Tally[Count]):

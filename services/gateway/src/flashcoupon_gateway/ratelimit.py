@@ -102,7 +102,7 @@ def rate_headers(outcomes: Sequence[Outcome]) -> dict[str, str]:
     tight = outcomes[0] if len(outcomes) == 1 else min(outcomes, key=_tightness)
     limit = tight.check.limit
     return {
-        "RateLimit-Limit": limit.limit_header,
+        "RateLimit-Limit": str(limit.burst),
         "RateLimit-Remaining": str(tight.remaining),
         "RateLimit-Reset": str(-(-tight.reset_us // gcra.MICROS)),  # whole seconds, rounded up
         "RateLimit-Policy": limit.policy_header,
