@@ -9,8 +9,14 @@ import jwt
 import pytest
 from flashcoupon_common import http1
 from flashcoupon_loadtest.driver import WorkerContext
-from flashcoupon_loadtest.http1 import Connection, ProtocolError, Target, build_request
-from flashcoupon_loadtest.scenarios import Burst, classify
+from flashcoupon_loadtest.http1 import (
+    Connection,
+    ProtocolError,
+    Target,
+    build_request,
+    request_line,
+)
+from flashcoupon_loadtest.scenarios import Burst, Press, classify, press_tail
 from flashcoupon_loadtest.stats import ISSUED
 from flashcoupon_loadtest.tokens import TokenMinter
 
@@ -104,16 +110,16 @@ def test_burst_plan_shards_users_with_duplicates_and_retries() -> None:
     ]
     users = [s.user for shard in shards for s in shard]
     assert len(users) == len(set(users)) == 10_000  # every shopper once, in exactly one shard
-    kinds = Counter(kind for shard in shards for s in shard for kind, _ in s.presses)
+    kinds = Counter(p.kind for shard in shards for s in shard for p in s.presses)
     assert kinds["first"] == 10_000
     assert 350 < kinds["retry"] < 650
     assert 1000 < kinds["dup"] < 2100  # 10 % press again, once or twice more
     for s in shards[0][:200]:
-        keys = [key for kind, key in s.presses]
-        retry_keys = [key for kind, key in s.presses if kind == "retry"]
-        assert all(k == s.presses[0][1] for k in retry_keys)  # a retry re-sends the same key
+        keys = [p.key for p in s.presses]
+        retry_keys = [p.key for p in s.presses if p.kind == "retry"]
+        assert all(k == s.presses[0].key for k in retry_keys)  # a retry re-sends the same key
         assert len(set(keys)) == len(keys) - len(retry_keys)  # every other press has its own key
-        assert s.headers["Authorization"].startswith("Bearer ")
+        assert s.lines.startswith(b"Authorization: Bearer ")
 
 
 def test_sse_parser_keeps_incomplete_events_for_the_next_chunk() -> None:
@@ -161,6 +167,70 @@ async def test_a_refused_connect_is_a_connection_error_record_not_a_crash() -> N
     with pytest.raises(ProtocolError, match="cannot connect"):
         await conn.request(b"REQ")
     burst = Burst(event_id="e", users=1)
-    record = await burst.press(conn, {}, "u", "first", "k", 0.0)
+    record = await burst.press(conn, b"", "u", Press("first", "k", press_tail("k")), 0.0)
     assert isinstance(record, Record)
     assert (record.status, record.code) == (0, "CONNECTION_ERROR")
+
+
+def test_a_press_request_is_the_one_build_request_makes() -> None:
+    target = Target.parse("http://127.0.0.1:8080/shop")
+    burst = Burst(event_id="ev-1", users=3, dup_fraction=1.0, forwarded_for=True)
+    ctx = WorkerContext(0, 1, (target,))
+    minter = burst.minter()
+    for shopper in burst.plan(ctx):
+        headers = burst.shopper_headers(minter, shopper.index, shopper.user)
+        assert "X-Forwarded-For" in headers
+        for press in shopper.presses:
+            raw = request_line(target, "POST", burst.path) + shopper.lines + press.tail
+            expected = {**headers, "Idempotency-Key": press.key}
+            assert raw == build_request(target, "POST", burst.path, expected)
+
+
+async def _silent_server() -> tuple[asyncio.Server, int]:
+    """A loopback server that reads requests and never answers."""
+
+    async def swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.read(65536):
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(swallow, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_an_answer_later_than_the_timeout_is_a_timeout_and_closes_the_connection() -> None:
+    server, port = await _silent_server()
+    async with server:
+        target = Target.parse(f"http://127.0.0.1:{port}")
+        conn = Connection(target)
+        await conn.connect()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await conn.request(build_request(target, "GET", "/"), timeout=0.2)
+        assert 0.2 <= loop.time() - started < 2.0
+        assert conn._conn is not None and not conn._conn.open  # out of step: never reused
+        burst = Burst(event_id="e", users=1, timeout=0.1)
+        record = await burst.press(conn, b"", "u", Press("first", "k", press_tail("k")), 0.0)
+        assert (record.status, record.code) == (0, "TIMEOUT")  # reconnected, then timed out
+
+
+async def test_an_answer_within_the_timeout_leaves_no_deadline_behind() -> None:
+    answer = b"HTTP/1.1 410 Gone\r\ncontent-length: 2\r\n\r\n{}"
+
+    async def answer_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await reader.readuntil(b"\r\n\r\n"):
+            writer.write(answer)
+
+    server = await asyncio.start_server(answer_each, "127.0.0.1", 0)
+    async with server:
+        target = Target.parse(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        conn = Connection(target)
+        raw = build_request(target, "GET", "/")
+        assert (await conn.request(raw, timeout=0.2))[::2] == (410, b"{}")
+        first = conn._conn
+        await asyncio.sleep(0.3)  # past the first request's deadline
+        assert first is not None and first.open  # its timer was cancelled with the answer
+        assert (await conn.request(raw, timeout=0.2))[::2] == (410, b"{}")
+        assert conn._conn is first
+        conn.close()

@@ -16,12 +16,13 @@ import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import orjson
+from flashcoupon_common import http1
 
 from flashcoupon_loadtest.driver import WorkerContext
-from flashcoupon_loadtest.http1 import Connection, ProtocolError, build_request
+from flashcoupon_loadtest.http1 import Connection, ProtocolError, build_request, request_line
 from flashcoupon_loadtest.stats import ISSUED, Record
 from flashcoupon_loadtest.tokens import DEFAULT_AUDIENCE, DEMO_SECRET, TokenMinter
 
@@ -29,12 +30,24 @@ Mode = Literal["gateway", "issuer"]
 USER_HEADER = "X-Flashcoupon-User"  # issuer-direct mode only; the gateway sets it from the JWT
 
 
+class Press(NamedTuple):
+    kind: str  # first, retry, dup
+    key: str  # its Idempotency-Key
+    tail: bytes  # the request's last header lines and blank line (press_tail)
+
+
 @dataclass(frozen=True, slots=True)
 class Shopper:
     index: int
     user: str
-    headers: dict[str, str]  # auth (Bearer or user header) and optional X-Forwarded-For
-    presses: tuple[tuple[str, str], ...]  # (kind, Idempotency-Key)
+    lines: bytes  # header lines: auth (Bearer or user header) and optional X-Forwarded-For
+    presses: tuple[Press, ...]
+
+
+def press_tail(key: str) -> bytes:
+    """What ends a press's request after the shopper's header lines. A press's request is
+    request_line + the shopper's lines + this, all built before the clock starts."""
+    return http1.header_lines({"Idempotency-Key": key}) + b"Content-Length: 0\r\n\r\n"
 
 
 def classify(status: int, body: bytes) -> tuple[str, str]:
@@ -84,27 +97,30 @@ class IssueScenario:
             headers["X-Forwarded-For"] = f"10.{index >> 16 & 255}.{index >> 8 & 255}.{index & 255}"
         return headers
 
+    def shopper_lines(self, minter: TokenMinter | None, index: int, user: str) -> bytes:
+        """The shopper's headers as request header lines, built once per shopper."""
+        return http1.header_lines(self.shopper_headers(minter, index, user))
+
     def minter(self) -> TokenMinter | None:
         if self.mode == "issuer":
             return None
         return TokenMinter(self.jwt_secret, audience=self.jwt_audience)
 
     async def press(
-        self, conn: Connection, headers: dict[str, str], user: str, kind: str, key: str, due: float
+        self, conn: Connection, lines: bytes, user: str, press: Press, due: float
     ) -> Record:
         """One request; latency counts from `due` (wall clock), so queueing shows."""
-        raw = build_request(conn.target, "POST", self.path, {**headers, "Idempotency-Key": key})
+        raw = request_line(conn.target, "POST", self.path) + lines + press.tail
         p0 = time.perf_counter() - (time.time() - due)
         try:
-            async with asyncio.timeout(self.timeout):
-                status, _, body = await conn.request(raw)
+            status, _, body = await conn.request(raw, self.timeout)
         except TimeoutError:
-            return Record(due, time.perf_counter() - p0, 0, "TIMEOUT", user, kind)
+            return Record(due, time.perf_counter() - p0, 0, "TIMEOUT", user, press.kind)
         except ProtocolError:
-            return Record(due, time.perf_counter() - p0, 0, "CONNECTION_ERROR", user, kind)
+            return Record(due, time.perf_counter() - p0, 0, "CONNECTION_ERROR", user, press.kind)
         latency = time.perf_counter() - p0
         code, coupon = classify(status, body)
-        return Record(due, latency, status, code, user, kind, coupon)
+        return Record(due, latency, status, code, user, press.kind, coupon)
 
 
 @dataclass(kw_only=True)
@@ -132,12 +148,13 @@ class Burst(IssueScenario):
         minter = self.minter()
         for i in range(self.first_user + ctx.index, self.first_user + self.users, ctx.count):
             user = f"{self.user_prefix}{i}"
-            presses = [("first", f"{user}-k0")]
+            keys = [("first", f"{user}-k0")]
             if rng.random() < self.retry_fraction:
-                presses.append(("retry", f"{user}-k0"))
+                keys.append(("retry", f"{user}-k0"))
             if rng.random() < self.dup_fraction:
-                presses.extend(("dup", f"{user}-k{n}") for n in range(1, rng.choice((2, 3))))
-            yield Shopper(i, user, self.shopper_headers(minter, i, user), tuple(presses))
+                keys.extend(("dup", f"{user}-k{n}") for n in range(1, rng.choice((2, 3))))
+            presses = tuple(Press(kind, key, press_tail(key)) for kind, key in keys)
+            yield Shopper(i, user, self.shopper_lines(minter, i, user), presses)
 
     def connections_for(self, ctx: WorkerContext) -> int:
         share, extra = divmod(self.concurrency, ctx.count)
@@ -159,11 +176,11 @@ class Burst(IssueScenario):
                 due = t_go + (shopper.index - self.first_user) * step
                 if step and due > time.time():
                     await asyncio.sleep(due - time.time())
-                for n, (kind, key) in enumerate(shopper.presses):
+                for n, press in enumerate(shopper.presses):
                     start = due if step and n == 0 else time.time()
-                    rec = await self.press(conn, shopper.headers, shopper.user, kind, key, start)
+                    rec = await self.press(conn, shopper.lines, shopper.user, press, start)
                     out.append(rec)
-                    ctx.tick(1, rec.code == ISSUED and kind != "retry")
+                    ctx.tick(1, rec.code == ISSUED and press.kind != "retry")
 
         await asyncio.gather(*(client(c) for c in self._conns))
         for c in self._conns:
@@ -204,8 +221,9 @@ class SustainedRate(IssueScenario):
                 conn = await idle.get()
             n = i % self.users if self.users else i
             user = f"{self.user_prefix}{n}"
-            headers = self.shopper_headers(self._minter, n, user)
-            rec = await self.press(conn, headers, user, "first", f"{user}-r{i}", due)
+            lines = self.shopper_lines(self._minter, n, user)
+            key = f"{user}-r{i}"
+            rec = await self.press(conn, lines, user, Press("first", key, press_tail(key)), due)
             idle.put_nowait(conn)
             out.append(rec)
             ctx.tick(1, rec.code == ISSUED)

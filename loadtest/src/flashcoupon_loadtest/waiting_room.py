@@ -101,8 +101,7 @@ class WaitingRoom(IssueScenario):
         """One press; also the 202's statusUrl ("" for any other answer)."""
         raw = build_request(conn.target, "POST", self.path, {**headers, "Idempotency-Key": key})
         try:
-            async with asyncio.timeout(self.timeout):
-                status, _, body = await conn.request(raw)
+            status, _, body = await conn.request(raw, self.timeout)
         except TimeoutError:
             return Record(due, time.time() - due, 0, "TIMEOUT", user, kind), ""
         except ProtocolError:

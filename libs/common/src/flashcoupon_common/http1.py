@@ -58,11 +58,21 @@ _WIRE_ERRORS = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
 
 def request_head(method: str, path: str, host: str, headers: Mapping[str, str]) -> bytes:
     """The request line and headers (no Content-Length, no blank line), or UnsafeRequestError."""
+    return request_line(method, path, host) + header_lines(headers)
+
+
+def request_line(method: str, path: str, host: str) -> bytes:
+    """The request line and the Host header, or UnsafeRequestError."""
     if not _TOKEN.fullmatch(method):
         raise UnsafeRequestError("the method")
     if not _PATH.fullmatch(path):
         raise UnsafeRequestError("the path")
-    lines = [f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n".encode("ascii")]
+    return f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n".encode("ascii")
+
+
+def header_lines(headers: Mapping[str, str]) -> bytes:
+    """`headers` as header lines, each ending in CRLF, or UnsafeRequestError."""
+    lines = []
     for name, value in headers.items():
         if not _TOKEN.fullmatch(name):
             raise UnsafeRequestError("a header name")
