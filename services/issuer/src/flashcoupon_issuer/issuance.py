@@ -157,10 +157,7 @@ def parse_reply(reply: Sequence[Any]) -> Outcome:
         allowance = Allowance(left, reset, second if status == "LIMITED" else 0)
         if status == "LIMITED":
             return Outcome(status, allowance=allowance)
-    if count == 1:  # an issue, a replay, a DUPLICATE at the default limit: the common case
-        coupons: tuple[Coupon, ...] = (_coupon(reply, 4),)
-    else:
-        coupons = tuple([_coupon(reply, i) for i in range(4, 4 + 8 * count, 8)])
+    coupons = tuple([_coupon(reply, i) for i in range(4, 4 + 8 * count, 8)])
     if status in ("NOT_STARTED", "ENDED"):
         return Outcome(status, at_ms=second, allowance=allowance)
     # Positional (status, coupons, remaining, replay, at_ms, allowance): a third cheaper to
