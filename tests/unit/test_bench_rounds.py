@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from flashcoupon_loadtest.rounds import (
+    DEFAULT_ROUNDS,
     Ratio,
     ceiling_rps,
     ratio_lines,
@@ -30,6 +31,14 @@ def test_side_takes_medians_over_rounds() -> None:
     assert s["cpu_us_per_request"] == {"gateway": 60.0}
     with pytest.raises(ValueError):
         side([])
+
+
+def test_one_disturbed_round_does_not_move_the_default_figure() -> None:
+    # A fresh gateway's first sold-out round once cost 83 us per answer, the others ~42 us:
+    # with the default number of rounds the path's figure is a measured round, not their mean.
+    normal = [m(24_000, 42.0) for _ in range(DEFAULT_ROUNDS - 1)]
+    s = side([m(12_000, 83.0), *normal])
+    assert (s["rps"], s["cpu_us_per_request"]) == (24_000, {"gateway": 42.0})
 
 
 def test_ratios_only_for_measured_paths_with_targets() -> None:

@@ -68,6 +68,7 @@ from flashcoupon_loadtest.localrun import (
     wait_ready,
 )
 from flashcoupon_loadtest.rounds import (
+    DEFAULT_ROUNDS,
     Ratio,
     round_orders,
 )
@@ -301,7 +302,9 @@ def hello_path(hello: Started) -> PathSpec:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_gateway", description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=int, default=20_000, help="shoppers per round")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds per path, alternating")
+    parser.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per path, alternating"
+    )
     parser.add_argument("--concurrency", type=int, default=64, help="driver connections")
     parser.add_argument("--processes", type=int, default=1, help="service processes per side")
     parser.add_argument("--drivers", type=int, default=driver.default_processes())

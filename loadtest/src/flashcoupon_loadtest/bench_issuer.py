@@ -48,6 +48,7 @@ from flashcoupon_loadtest.benchkit import (
     stop_all,
 )
 from flashcoupon_loadtest.localrun import free_port, stack_env
+from flashcoupon_loadtest.rounds import DEFAULT_ROUNDS
 
 TARGETS = {"issuer": 0.60, "soldout": 0.85}
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_issuer")
     ap.add_argument("--requests", type=int, default=30_000, help="requests per path per round")
     ap.add_argument("--concurrency", type=int, default=128, help="keep-alive connections")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     ap.add_argument("--processes", type=int, default=driver.default_processes())
     ap.add_argument("--out", default=str(RESULTS / "bench-issuer.json"))
     args = ap.parse_args(argv)

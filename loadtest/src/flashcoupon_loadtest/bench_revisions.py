@@ -35,7 +35,7 @@ from flashcoupon_loadtest.bench_gateway import (
 )
 from flashcoupon_loadtest.benchkit import publish, stop_all
 from flashcoupon_loadtest.localrun import ROOT, stack_env
-from flashcoupon_loadtest.rounds import Ratio
+from flashcoupon_loadtest.rounds import DEFAULT_ROUNDS, Ratio
 
 CHECKOUTS = ROOT / ".cache" / "bench-revisions"
 KINDS = ("issuer", "gateway", "crowd", "soldout", "unbatched")
@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_revisions", description=__doc__.split("\n")[0])
     ap.add_argument("--before", required=True, help="git revision to compare this tree against")
     ap.add_argument("--users", type=int, default=20_000, help="shoppers per path per round")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds per path, alternating")
+    ap.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per path, alternating"
+    )
     ap.add_argument("--concurrency", type=int, default=64, help="driver connections")
     ap.add_argument("--processes", type=int, default=1, help="service processes per side")
     ap.add_argument("--drivers", type=int, default=driver.default_processes())

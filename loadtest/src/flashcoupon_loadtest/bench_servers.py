@@ -25,7 +25,7 @@ from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.bench_gateway import Kind, PathSpec, Started, run_paths
 from flashcoupon_loadtest.benchkit import HELLO_APP, publish, serve, stop_all
 from flashcoupon_loadtest.localrun import free_port, stack_env
-from flashcoupon_loadtest.rounds import Ratio
+from flashcoupon_loadtest.rounds import DEFAULT_ROUNDS, Ratio
 from flashcoupon_loadtest.serve import SERVERS, Server
 from flashcoupon_loadtest.tokens import DEMO_SECRET
 
@@ -51,7 +51,9 @@ def _start(app: str, server: Server, env: dict[str, str], factory: bool = True) 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench_servers", description=__doc__.split("\n")[0])
     ap.add_argument("--users", type=int, default=20_000, help="requests per path per round")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds per path, alternating")
+    ap.add_argument(
+        "--rounds", type=int, default=DEFAULT_ROUNDS, help="rounds per path, alternating"
+    )
     ap.add_argument("--concurrency", type=int, default=64, help="driver connections")
     ap.add_argument("--drivers", type=int, default=driver.default_processes())
     args = ap.parse_args(argv)

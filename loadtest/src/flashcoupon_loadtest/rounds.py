@@ -13,6 +13,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# Rounds per path when a benchmark is not told otherwise: an odd number, so each path's figure
+# is one measured round (the middle one) and a single disturbed round cannot move a ratio. With
+# two, the "median" was their mean: one slow first round of a fresh gateway (83 against 42 µs of
+# CPU per sold-out answer, 2026-11-28) took soldout/hello from 0.78 to 0.58 and failed its target.
+DEFAULT_ROUNDS = 3
+
 
 def round_orders(paths: Sequence[str], rounds: int) -> list[list[str]]:
     """Path order per round: as given in odd rounds, reversed in even ones, so no path always
