@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from flashcoupon_loadtest.demo_report import BASELINE_TARGET, baseline, burst_cpu
+from flashcoupon_loadtest.driver import firing_window
 from flashcoupon_loadtest.procstat import (
+    box_cpu_seconds,
+    box_ticks,
     cpu_seconds,
     peak_rss_mib,
     stat_cpu_ticks,
@@ -51,9 +55,30 @@ def test_proc_parsing() -> None:
     assert status_kib(status, "VmSwap") is None
 
 
+def test_box_cpu_parsing() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice: guest is inside user,
+    # steal is the hypervisor's (counted in the total, never as this box's busy time).
+    text = "cpu  700 10 200 1000 40 5 45 100 30 0\ncpu0 350 5 100 500 20 2 23 50 15 0\n"
+    assert box_ticks(text) == (960, 2100)
+    with pytest.raises(ValueError):
+        box_ticks("cpu0 1 2 3 4 5 6 7 8\n")
+
+
+def test_the_firing_window_spans_every_worker() -> None:
+    # Two workers read the box at their own start and end: the window runs from the earlier
+    # start to the later end, whichever worker read them.
+    w0 = ((100.0, 400.0), (103.0, 406.0))
+    w1 = ((100.5, 401.0), (104.0, 408.0))
+    assert firing_window([w0, w1]) == (4.0, 8.0)
+    assert firing_window([w1, w0]) == (4.0, 8.0)
+    assert firing_window([]) is None
+
+
 def test_this_process_is_readable() -> None:
     # /proc is the real one (Linux): our own figures are positive; a gone pid reads None.
     assert cpu_seconds(os.getpid()) > 0
+    busy, total = box_cpu_seconds()
+    assert 0 < busy < total
     peaks = peak_rss_mib({"me": os.getpid(), "gone": 2**22 + 1})
     assert peaks["me"] is not None and peaks["me"] > 10
     assert peaks["gone"] is None

@@ -98,15 +98,25 @@ def test_a_ratio_bounded_by_its_numerators_ceiling_against_the_measured_denomina
     assert lines[0].endswith("(target >= 0.60: NOT met)  [at its box ceiling 0.59]")
     assert lines[1].endswith("0.31")
     table = table_lines(measured, {"issuer": "gateway"})
-    assert table[2].split()[-3:] == ["17,000", "0.74", "(gateway)"]  # 12,500 of 17,000
-    assert table[3].split()[-3:] == ["n/a", "n/a", "()"]
+    assert table[2].split()[-4:] == ["17,000", "0.74", "n/a", "(gateway)"]  # 12,500 of 17,000
+    assert table[3].split()[-4:] == ["n/a", "n/a", "n/a", "()"]
+
+
+def test_the_box_busy_share_is_a_median_and_a_column() -> None:
+    busy = [{**m(1000, 50), "box_busy": b} for b in (0.97, 0.62, 0.85)]
+    measured = sides({"issuer": busy, "old": [m(900, 50)]})
+    assert measured["issuer"]["box_busy"] == 0.85 and "box_busy" not in measured["old"]
+    table = table_lines(measured, {"issuer": "issuer"})
+    assert table[0].split()[-2:] == ["busy", "(process)"]
+    assert table[1].split()[-2:] == ["0.85", "(issuer)"]
+    assert table[2].split()[-2:] == ["n/a", "()"]
 
 
 def test_lines() -> None:
     measured = sides({"hello": [m(24226, 31.6)], "gateway": [m(4398, 143.3)]})
     table = table_lines(measured, {"gateway": "gateway", "hello": "hello"})
     assert table[2].split() == [
-        "gateway", "4,398", "1.00", "10.00", "143.3", "n/a", "n/a", "(gateway)"
+        "gateway", "4,398", "1.00", "10.00", "143.3", "n/a", "n/a", "n/a", "(gateway)"
     ]  # fmt: skip
     assert table[1].split()[4] == "n/a"  # hello's process reported no CPU in this sample
     lines = ratio_lines(ratios(measured, {"g/h": Ratio("gateway", "hello", 0.7)}))

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"{'path':8s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'vs hello':>9s}"
-        f" {'cpu us/req':>11s} {'cpu vs hello':>13s} {'box ceiling':>12s}"
+        f" {'cpu us/req':>11s} {'cpu vs hello':>13s} {'box ceiling':>12s} {'busy':>5s}"
     )
     for path in ("hello", "naive", "issuer", "soldout"):
         b = best[path]
@@ -192,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{path:8s} {b['rps']:9.0f} {b['p50_ms']:8.2f} {b['p99_ms']:8.2f} {ratio:9.2f}"
             f" {cpu[path]:11.1f} {cr:13.2f} {ceiling_ratios[path]:12.2f}"
+            f" {b.get('box_busy') or 0.0:5.2f}"
         )
     print(
         f"event's Redis master CPU per issue: naive {redis_cpu['naive']:.1f} us,"

@@ -87,14 +87,19 @@ def measure(
     """`scenario` against `url`; `watch` names more processes whose CPU per request to report
     (the issuer behind a gateway, ...) in `cpu_us_per_request`. `ceiling_rps` is the rate this
     box could give at the CPU per request of the server, the watched processes and the driver
-    (rounds.ceiling_rps)."""
+    (rounds.ceiling_rps). `box_busy` is the share of all cores busy while the driver fired and
+    `other_cpu_us_per_request` the busy CPU per request no measured process (nor the driver) was
+    charged with: a path far below its ceiling with the box busy spends CPU the ceiling leaves
+    out (loopback traffic in the kernel, the Redis replica); with the box idle, it waits."""
     watched = dict(watch or {})
     pids = {server_pid, *watched.values()}  # the server may be watched under its name too
     before = {pid: cpu_seconds(pid) for pid in pids}
     result = driver.run(scenario, [url], processes=processes, timeout=300)
     used = {pid: cpu_seconds(pid) - before[pid] for pid in pids}
+    busy, total = result.box_cpu_seconds or (0.0, 0.0)
     recs = result.records
     per_request = 1e6 / max(1, len(recs))
+    other = busy - sum(used.values()) - result.cpu_seconds
     lat = latency_summary(r.latency for r in recs)
     return {
         "requests": len(recs),
@@ -115,6 +120,8 @@ def measure(
             result.cpu_seconds * per_request,
             cpus=os.cpu_count() or 1,
         ),
+        "box_busy": round(busy / total, 3) if total > 0 else None,
+        "other_cpu_us_per_request": round(max(0.0, other) * per_request, 1),
         "wall_s": round(result.wall_seconds, 2),
     }
 

@@ -25,9 +25,11 @@ from typing import Any, Protocol
 from flashcoupon_common import heap
 
 from flashcoupon_loadtest.http1 import Target
+from flashcoupon_loadtest.procstat import box_cpu_seconds
 from flashcoupon_loadtest.stats import Record
 
 Progress = Callable[[int, int, float], None]  # (answers, issued, seconds since go)
+BoxCpu = tuple[float, float]  # (busy, total) CPU seconds of all the box's cores (procstat)
 
 
 @dataclass
@@ -67,6 +69,9 @@ class RunResult:
     wall_seconds: float  # from go to the last worker finishing
     cpu_seconds: float  # the workers' own CPU time while firing (the driver's cost)
     go_at: float  # wall clock of the go signal
+    # The box's (busy, total) CPU seconds from the first worker's first press to the last
+    # worker's last answer: preparing and gathering records left out.
+    box_cpu_seconds: BoxCpu | None = None
 
     @property
     def driver_ceiling_rps(self) -> float:
@@ -100,14 +105,16 @@ def _worker(
         heap.hold_full_collections()
         ready.put(ctx.index)
         await asyncio.to_thread(go.wait)
+        box0 = box_cpu_seconds()
         cpu0 = time.process_time()
         records = await scenario.fire(ctx)
-        results.put((ctx.index, records, time.process_time() - cpu0))
+        cpu = time.process_time() - cpu0
+        results.put((ctx.index, records, cpu, (box0, box_cpu_seconds())))
 
     try:
         asyncio.run(main())
     except BaseException as exc:
-        results.put((ctx.index, exc, 0.0))
+        results.put((ctx.index, exc, 0.0, None))
         raise
 
 
@@ -152,10 +159,11 @@ def run(
         go_at = time.time()
         go.set()
         collected: dict[int, tuple[list[Record], float]] = {}
+        windows: list[tuple[BoxCpu, BoxCpu]] = []
         next_report = time.monotonic() + progress_interval
         while len(collected) < processes:
             try:
-                index, records, cpu = results.get(timeout=0.2)
+                index, records, cpu, window = results.get(timeout=0.2)
             except queue.Empty:
                 if stop.is_set():
                     raise RunAborted(scenario.name) from None
@@ -167,6 +175,7 @@ def run(
                 if isinstance(records, BaseException):
                     raise RuntimeError(f"{scenario.name}: worker {index} failed") from records
                 collected[index] = (records, cpu)
+                windows.append(window)
             if progress is not None and time.monotonic() >= next_report:
                 next_report += progress_interval
                 progress(sum(counters[0::2]), sum(counters[1::2]), time.time() - go_at)
@@ -187,7 +196,18 @@ def run(
         wall_seconds=wall,
         cpu_seconds=sum(c for _, c in collected.values()),
         go_at=go_at,
+        box_cpu_seconds=firing_window(windows),
     )
+
+
+def firing_window(windows: Sequence[tuple[BoxCpu, BoxCpu]]) -> BoxCpu | None:
+    """The box's (busy, total) CPU seconds over the union of the workers' firing windows (each
+    read at its own start and end: the earliest start, the latest end)."""
+    if not windows:
+        return None
+    start = min((w[0] for w in windows), key=lambda c: c[1])
+    end = max((w[1] for w in windows), key=lambda c: c[1])
+    return end[0] - start[0], end[1] - start[1]
 
 
 def _get_or_fail(
@@ -201,7 +221,7 @@ def _get_or_fail(
             return
         except queue.Empty:
             if not results.empty():
-                index, exc, _ = results.get()
+                index, exc, *_ = results.get()
                 raise RuntimeError(f"worker {index} failed while preparing") from exc
             if time.monotonic() > deadline or not all(w.is_alive() for w in workers):
                 raise RuntimeError("a worker died or timed out while preparing")

@@ -1,9 +1,11 @@
-"""What a benchmark reads about a server process from Linux /proc: CPU time and peak memory.
+"""What a benchmark reads from Linux /proc: a process's CPU time and peak memory, the box's CPU.
 
 CPU is user + system time (/proc/<pid>/stat), summed over the process and its live
 descendants: granian and uvicorn --workers serve from child processes, and a parent's own
 counters do not include children until they are reaped. Peak memory is VmHWM (the resident
-set's high-water mark) from /proc/<pid>/status, read before the process is stopped.
+set's high-water mark) from /proc/<pid>/status, read before the process is stopped. The box's
+CPU (/proc/stat) counts what no process is charged with too: the kernel's loopback traffic,
+Redis replicas, anything else running.
 """
 
 from __future__ import annotations
@@ -19,6 +21,25 @@ def stat_cpu_ticks(stat_line: str) -> int:
     """utime + stime (clock ticks) from one /proc/<pid>/stat line (the name may hold ')')."""
     fields = stat_line.rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])
+
+
+def box_ticks(proc_stat: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores from /proc/stat's first line. Busy is user, nice,
+    system, irq and softirq (guest time is inside user); total adds idle, iowait and steal
+    (time the hypervisor gave to someone else: not this box's to use)."""
+    name, *fields = proc_stat.split("\n", 1)[0].split()
+    if name != "cpu":
+        raise ValueError(f"not /proc/stat's aggregate line: {name!r}")
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait + steal
+
+
+def box_cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores so far (`box_ticks` of /proc/stat)."""
+    busy, total = box_ticks(Path("/proc/stat").read_text())
+    tick = os.sysconf("SC_CLK_TCK")
+    return busy / tick, total / tick
 
 
 def status_kib(status_text: str, field: str) -> int | None:

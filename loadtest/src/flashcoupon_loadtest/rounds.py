@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Rounds per path when a benchmark is not told otherwise: an odd number, so each path's figure
-# is one measured round (the middle one) and a single disturbed round cannot move a ratio. With
-# two, the "median" was their mean: one slow first round of a fresh gateway (83 against 42 µs of
+# Rounds per path when a benchmark is not told otherwise: an odd number, so a path's median is
+# one measured round and a single disturbed round cannot move a ratio. With two, the "median"
+# was their mean: one slow first round of a fresh gateway (83 against 42 µs of
 # CPU per sold-out answer, 2026-11-28) took soldout/hello from 0.78 to 0.58 and failed its target.
 DEFAULT_ROUNDS = 3
 
@@ -46,12 +46,15 @@ def ceiling_rps(
 
 def side(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One path's figures over its rounds: medians of req/s, latency and CPU per request, and of
-    the box's ceiling (`ceiling_rps`) when the rounds measured it."""
+    the box's ceiling (`ceiling_rps`) and busy share (`box_busy`) when the rounds measured them."""
     if not measurements:
         raise ValueError("a path without measurements")
     cpu_names = sorted({n for m in measurements for n in m.get("cpu_us_per_request", {})})
-    ceilings = [float(m["ceiling_rps"]) for m in measurements if m.get("ceiling_rps")]
-    extra = {"ceiling_rps": round(statistics.median(ceilings), 1)} if ceilings else {}
+    extra = {}
+    for name, digits in (("ceiling_rps", 1), ("box_busy", 3)):
+        values = [float(m[name]) for m in measurements if m.get(name)]
+        if values:
+            extra[name] = round(statistics.median(values), digits)
     return {
         "rounds": len(measurements),
         "rps": round(statistics.median(float(m["rps"]) for m in measurements), 1),
@@ -110,10 +113,11 @@ def ratios(
 def table_lines(measured: Mapping[str, Mapping[str, Any]], cpu_of: Mapping[str, str]) -> list[str]:
     """One line per path: req/s, p50, p99, the CPU per request of the process `cpu_of[path]`
     names (the one that path measures: the gateway for gateway paths, hello for hello...), the
-    path's box ceiling (`ceiling_rps`) and the share of it reached."""
+    path's box ceiling (`ceiling_rps`), the share of it reached and the share of the box's
+    cores that were busy (`box_busy`)."""
     lines = [
         f"{'path':<24} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>11}"
-        f" {'ceiling':>9} {'reached':>8}  (process)"
+        f" {'ceiling':>9} {'reached':>8} {'busy':>5}  (process)"
     ]
     for path, s in measured.items():
         proc = cpu_of.get(path, "")
@@ -121,9 +125,11 @@ def table_lines(measured: Mapping[str, Mapping[str, Any]], cpu_of: Mapping[str, 
         cell = "n/a" if cpu is None else f"{cpu:.1f}"
         top = s.get("ceiling_rps")
         ceiling, reached = ("n/a", "n/a") if not top else (f"{top:,.0f}", f"{s['rps'] / top:.2f}")
+        busy = s.get("box_busy")
+        busy_cell = "n/a" if busy is None else f"{busy:.2f}"
         lines.append(
             f"{path:<24} {s['rps']:>9,.0f} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {cell:>11}"
-            f" {ceiling:>9} {reached:>8}  ({proc})"
+            f" {ceiling:>9} {reached:>8} {busy_cell:>5}  ({proc})"
         )
     return lines
 
