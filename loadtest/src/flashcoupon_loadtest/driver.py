@@ -25,11 +25,10 @@ from typing import Any, Protocol
 from flashcoupon_common import heap
 
 from flashcoupon_loadtest.http1 import Target
-from flashcoupon_loadtest.procstat import box_cpu_seconds
+from flashcoupon_loadtest.procstat import BoxCpu, box_cpu_seconds
 from flashcoupon_loadtest.stats import Record
 
 Progress = Callable[[int, int, float], None]  # (answers, issued, seconds since go)
-BoxCpu = tuple[float, float]  # (busy, total) CPU seconds of all the box's cores (procstat)
 
 
 @dataclass

@@ -35,7 +35,10 @@ def box_ticks(proc_stat: str) -> tuple[int, int]:
     return busy, busy + idle + iowait + steal
 
 
-def box_cpu_seconds() -> tuple[float, float]:
+BoxCpu = tuple[float, float]  # (busy, total) CPU seconds of all the box's cores
+
+
+def box_cpu_seconds() -> BoxCpu:
     """(busy, total) CPU seconds of all cores so far (`box_ticks` of /proc/stat)."""
     busy, total = box_ticks(Path("/proc/stat").read_text())
     tick = os.sysconf("SC_CLK_TCK")

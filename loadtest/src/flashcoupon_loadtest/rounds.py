@@ -15,8 +15,8 @@ from typing import Any
 
 # Rounds per path when a benchmark is not told otherwise: an odd number, so a path's median is
 # one measured round and a single disturbed round cannot move a ratio. With two, the "median"
-# was their mean: one slow first round of a fresh gateway (83 against 42 µs of
-# CPU per sold-out answer, 2026-11-28) took soldout/hello from 0.78 to 0.58 and failed its target.
+# was their mean: one slow first round of a fresh gateway (83 against 42 µs of CPU per sold-out
+# answer, 2026-11-28) took soldout/hello from 0.78 to 0.58 and failed its target.
 DEFAULT_ROUNDS = 3
 
 
