@@ -48,7 +48,7 @@ from flashcoupon_loadtest.benchkit import (
     stop_all,
 )
 from flashcoupon_loadtest.localrun import free_port, stack_env
-from flashcoupon_loadtest.rounds import DEFAULT_ROUNDS
+from flashcoupon_loadtest.rounds import DEFAULT_ROUNDS, share_cell
 
 TARGETS = {"issuer": 0.60, "soldout": 0.85}
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{path:8s} {b['rps']:9.0f} {b['p50_ms']:8.2f} {b['p99_ms']:8.2f} {ratio:9.2f}"
             f" {cpu[path]:11.1f} {cr:13.2f} {ceiling_ratios[path]:12.2f}"
-            f" {b.get('box_busy') or 0.0:5.2f}"
+            f" {share_cell(b.get('box_busy')):>5s}"
         )
     print(
         f"event's Redis master CPU per issue: naive {redis_cpu['naive']:.1f} us,"

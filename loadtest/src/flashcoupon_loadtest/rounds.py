@@ -125,13 +125,17 @@ def table_lines(measured: Mapping[str, Mapping[str, Any]], cpu_of: Mapping[str, 
         cell = "n/a" if cpu is None else f"{cpu:.1f}"
         top = s.get("ceiling_rps")
         ceiling, reached = ("n/a", "n/a") if not top else (f"{top:,.0f}", f"{s['rps'] / top:.2f}")
-        busy = s.get("box_busy")
-        busy_cell = "n/a" if busy is None else f"{busy:.2f}"
+        busy_cell = share_cell(s.get("box_busy"))
         lines.append(
             f"{path:<24} {s['rps']:>9,.0f} {s['p50_ms']:>8.2f} {s['p99_ms']:>8.2f} {cell:>11}"
             f" {ceiling:>9} {reached:>8} {busy_cell:>5}  ({proc})"
         )
     return lines
+
+
+def share_cell(share: float | None) -> str:
+    """A 0..1 share as a table cell ("n/a" when it was not measured)."""
+    return "n/a" if share is None else f"{share:.2f}"
 
 
 def ratio_lines(computed: Mapping[str, Mapping[str, Any]]) -> list[str]:
