@@ -115,12 +115,15 @@ bench-revisions: stack-up ## bench-gateway's paths for BEFORE=<git rev> and this
 	@test -n "$(BEFORE)" || { echo "usage: make bench-revisions BEFORE=<git rev>" >&2; exit 2; }
 	$(RUN) python -m flashcoupon_loadtest.bench_revisions --before "$(BEFORE)"
 
-.PHONY: bench-relay bench-wallet
+.PHONY: bench-relay bench-wallet bench-master
 bench-relay: stack-up ## outbox relay records/s into Kafka (50k entries) vs naive send_and_wait
 	$(RUN) python -m flashcoupon_loadtest.bench_relay
 
 bench-wallet: stack-up ## wallet redemptions/s vs its own /healthz, one contended code
 	$(RUN) python -m flashcoupon_loadtest.bench_wallet
+
+bench-master: stack-up ## issue.lua's CPU per issue on the event's Redis master, and what each part of it costs
+	$(RUN) python -m flashcoupon_loadtest.bench_master
 
 bench-tracing: stack-up ## issuer req/s with tracing off vs on (to Jaeger) vs hello-world
 	scripts/tracing.sh up

@@ -1,7 +1,7 @@
 """`make bench`: every service benchmark plus the end-to-end burst, one table.
 
     uv run python -m flashcoupon_loadtest.bench_all \
-        [--only driver,issuer,persister,gateway,relay,wallet,e2e]
+        [--only driver,issuer,master,persister,gateway,relay,wallet,e2e]
 
 Each benchmark runs as its own process, one after the other (they would skew each other on a
 shared machine), and writes its JSON under loadtest/results/; this module reads what each
@@ -27,6 +27,7 @@ BENCHES = {
     # The driver's own ceiling first: every other figure is only as good as the load behind it.
     "driver": (["flashcoupon_loadtest.driver", "--selftest"], "driver_selftest.json"),
     "issuer": (["flashcoupon_loadtest.bench_issuer"], "bench-issuer.json"),
+    "master": (["flashcoupon_loadtest.bench_master"], "bench-master.json"),
     "persister": (["flashcoupon_loadtest.bench_persister"], "bench-persister.json"),
     "gateway": (["flashcoupon_loadtest.bench_gateway"], "bench-gateway.json"),
     "relay": (["flashcoupon_loadtest.bench_relay"], "bench-relay.json"),
@@ -210,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m flashcoupon_loadtest.bench_all")
     ap.add_argument(
         "--only",
-        default="driver,issuer,persister,gateway,relay,wallet,e2e",
-        help="comma-separated subset of driver,issuer,persister,gateway,relay,wallet,e2e",
+        default=",".join([*BENCHES, "e2e"]),
+        help=f"comma-separated subset of {','.join([*BENCHES, 'e2e'])}",
     )
     ap.add_argument("--e2e-users", type=int, default=100_000)
     ap.add_argument("--e2e-coupons", type=int, default=10_000)

@@ -1,0 +1,215 @@
+"""`make bench-master`: what issue.lua costs the event's Redis master per issue, and where it goes.
+
+    uv run python -m flashcoupon_loadtest.bench_master [--issues 40000] [--per-call 32]
+        [--repeats 3]
+
+issue.lua is sent straight to the master that owns a fresh event's slot (no issuer, no HTTP) as
+EVALSHA calls of --per-call presses, each press a new shopper without an allowance, 16 calls per
+pipeline, and the master's own CPU (/proc utime + stime) is read before and after: its CPU per
+issue. On a two-core box that CPU is taken from what the issuer's path could use (the benchmarks'
+box ceiling, docs/loadtest.md), so it bounds issuer/hello as much as the issuer's own does.
+
+Variants of the script, each loaded under its own sha and measured in turn in every repeat (the
+machine's noise hits all of them), say what one part costs: each is issue.lua with that part
+cut. Their codes are wrong on purpose; each runs on an event of its own, deleted afterwards.
+
+  as-is          issue.lua as deployed: the baseline of every ratio
+  one-per-call   as-is, one press per call: what deciding a batch's presses in one call saves
+  no-code-hash   the code's keyed Feistel rounds without their redis.sha1hex (f = R)
+  no-hashes      that, and the tier draw without its hash (r = seq % total)
+  no-outbox      no XADD of the outbox entry
+  no-holdings    no HSET of the shopper's holdings
+
+A cut is a text replacement that must match issue.lua exactly once: when the script changes so
+that one no longer matches, the run stops and names the variant (tests/unit/test_bench_master.py
+holds every cut against the deployed script). Writes loadtest/results/bench-master.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+from flashcoupon_common import event_state, keys
+from flashcoupon_common.lua import ISSUE
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_common.settings import RedisSettings
+from redis.asyncio.cluster import RedisCluster
+
+from flashcoupon_loadtest.benchkit import bench_spec
+from flashcoupon_loadtest.localrun import stack_env
+from flashcoupon_loadtest.procstat import cpu_seconds
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+PIPELINE = 16  # calls per pipeline: the issuer keeps up to 4 batches on the wire per node
+_CODE_HASH = "tonumber(string.sub(redis.sha1hex(secret .. ':' .. rnd .. ':' .. R), 1, 7), 16)"
+_TIER_HASH = "tonumber(string.sub(redis.sha1hex(secret .. ':t:' .. seq), 1, 12), 16)"
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    cuts: tuple[tuple[str, str], ...] = ()  # (text of issue.lua, what replaces it)
+    per_call: int | None = None  # presses per call; None: the run's --per-call
+
+    def source(self, script: str) -> str:
+        """issue.lua with this variant's cuts; ValueError when one does not match exactly once."""
+        for old, new in self.cuts:
+            found = script.count(old)
+            if found != 1:
+                raise ValueError(
+                    f"variant {self.name}: {old!r} occurs {found} times in issue.lua, not once"
+                )
+            script = script.replace(old, new)
+        return script
+
+
+VARIANTS = (
+    Variant("as-is"),
+    Variant("one-per-call", per_call=1),
+    Variant("no-code-hash", ((_CODE_HASH, "R"),)),
+    Variant("no-hashes", ((_CODE_HASH, "R"), (_TIER_HASH, "seq"))),
+    Variant("no-outbox", (("redis.call('XADD', unpack(xadd))", "local _ = xadd"),)),
+    Variant("no-holdings", (("redis.call('HSET', KEYS[3], user, entry)", "local _ = entry"),)),
+)
+
+
+def press_calls(issues: int, per_call: int, tag: str) -> list[list[str]]:
+    """issue.lua's ARGV for `issues` new shoppers, `per_call` presses per call (the last call
+    may hold fewer): user id, request id, no traceparent, no allowance."""
+    calls: list[list[str]] = []
+    for first in range(0, issues, per_call):
+        argv: list[str] = []
+        for i in range(first, min(first + per_call, issues)):
+            argv += [f"{tag}-u{i}", f"{tag}-r{i}", "", "", ""]
+        calls.append(argv)
+    return calls
+
+
+def local_pid(pid: int) -> int:
+    """`pid` if it runs on this machine, whose /proc gives its CPU; SystemExit otherwise."""
+    if not Path(f"/proc/{pid}/stat").exists():
+        raise SystemExit(f"the event's master (pid {pid}) does not run on this machine")
+    return pid
+
+
+async def cost_per_issue(
+    client: RedisCluster, variant: Variant, issues: int, per_call: int
+) -> float:
+    """Microseconds of the master's CPU per issue for `variant`, on an event of its own."""
+    tag = f"{variant.name}-{os.urandom(3).hex()}"
+    event_id = f"bench-master-{tag}"
+    await event_state.provision(client, bench_spec(event_id, issues + 1))  # never sells out
+    try:
+        node = client.get_node_from_key(keys.config_key(event_id))
+        assert node is not None, f"no Redis node owns {event_id}'s slot"
+        pid = local_pid(int((await node.execute_command("INFO", "server"))["process_id"]))
+        master = aioredis.Redis(host=node.host, port=int(node.port))
+        try:
+            sha = await master.script_load(variant.source(ISSUE.source))
+            event_keys = keys.issue_keys(event_id)
+            calls = press_calls(issues, variant.per_call or per_call, tag)
+            before = cpu_seconds(pid)
+            issued = 0
+            for start in range(0, len(calls), PIPELINE):
+                pipe = master.pipeline(transaction=False)
+                for argv in calls[start : start + PIPELINE]:
+                    pipe.evalsha(sha, len(event_keys), *event_keys, *argv)
+                for replies in await pipe.execute():
+                    issued += sum(1 for reply in replies if reply[0] == b"ISSUED")
+            used = cpu_seconds(pid) - before
+        finally:
+            await master.aclose()
+    finally:
+        await event_state.delete_state(client, event_id)
+    if issued != issues:
+        raise RuntimeError(f"variant {variant.name}: {issued} of {issues} presses issued")
+    return used / issues * 1e6
+
+
+def summary(costs: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
+    """Per variant: the median µs per issue, each repeat's, and the median against as-is's."""
+    base = statistics.median(costs["as-is"])
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in costs.items():
+        median = statistics.median(values)
+        out[name] = {
+            "cpu_us_per_issue": round(median, 2),
+            "repeats": [round(v, 2) for v in values],
+            "ratio_vs_as_is": round(median / base, 3) if base > 0 else None,
+            "saves_us": round(base - median, 2),
+        }
+    return out
+
+
+def _ratio(value: float | None) -> str:
+    return f"{'n/a':>9s}" if value is None else f"{value:9.2f}"
+
+
+def table_lines(summarised: dict[str, dict[str, Any]]) -> list[str]:
+    lines = [f"{'variant':14s} {'us/issue':>9s} {'vs as-is':>9s} {'saves us':>9s}  repeats"]
+    for name, s in summarised.items():
+        repeats = " ".join(f"{v:.1f}" for v in s["repeats"])
+        cpu, ratio, saves = s["cpu_us_per_issue"], _ratio(s["ratio_vs_as_is"]), s["saves_us"]
+        lines.append(f"{name:14s} {cpu:9.1f} {ratio} {saves:9.1f}  {repeats}")
+    return lines
+
+
+async def run(
+    settings: RedisSettings, variants: Sequence[Variant], issues: int, per_call: int, repeats: int
+) -> dict[str, list[float]]:
+    client = create_redis_cluster(settings)
+    await client.initialize()
+    costs: dict[str, list[float]] = {v.name: [] for v in variants}
+    try:
+        for repeat in range(1, repeats + 1):
+            for variant in variants:
+                cost = await cost_per_issue(client, variant, issues, per_call)
+                costs[variant.name].append(cost)
+                print(f"repeat {repeat} {variant.name:14s} {cost:6.1f} us/issue", flush=True)
+    finally:
+        await client.aclose()
+    return costs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench_master")
+    ap.add_argument("--issues", type=int, default=40_000, help="presses per variant and repeat")
+    ap.add_argument("--per-call", type=int, default=32, help="presses per EVALSHA (the batch)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS / "bench-master.json")
+    args = ap.parse_args(argv)
+    if args.issues < 1 or args.per_call < 1 or args.repeats < 1:
+        ap.error("--issues, --per-call and --repeats must be at least 1")
+    for variant in VARIANTS:  # a cut that no longer matches stops the run before it starts
+        variant.source(ISSUE.source)
+    settings = RedisSettings.from_env(stack_env())
+    costs = asyncio.run(run(settings, VARIANTS, args.issues, args.per_call, args.repeats))
+    summarised = summary(costs)
+    report = {
+        "benchmark": "master",
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "settings": {"issues": args.issues, "per_call": args.per_call, "repeats": args.repeats},
+        "variants": summarised,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print()
+    print("\n".join(table_lines(summarised)))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
