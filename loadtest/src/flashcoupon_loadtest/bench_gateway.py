@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from flashcoupon_common import event_state, keys
+from flashcoupon_common import event_state
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
@@ -55,6 +55,7 @@ from flashcoupon_loadtest.benchkit import (
     HELLO_APP,
     LOGS,
     bench_spec,
+    event_master,
     measure,
     publish,
     serve,
@@ -196,9 +197,7 @@ async def _provision(quantity: int, tag: str) -> tuple[str, int]:
         spec = bench_spec(f"bench-gw-{tag}-{os.urandom(4).hex()}", quantity, admission)
         await event_state.provision(redis, spec)
         await redis.initialize()
-        node = redis.get_node_from_key(keys.config_key(spec.event_id))
-        assert node is not None, f"no Redis node owns {spec.event_id}'s slot"
-        pid = int((await node.execute_command("INFO", "server"))["process_id"])
+        _, pid = await event_master(redis, spec.event_id)
         return spec.event_id, pid
     finally:
         await redis.aclose()

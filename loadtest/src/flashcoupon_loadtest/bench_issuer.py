@@ -42,6 +42,7 @@ from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.benchkit import (
     RESULTS,
     bench_spec,
+    event_master,
     report_head,
     run_rounds,
     serve,
@@ -69,9 +70,7 @@ async def _provision(
     events["soldout"] = sold
     masters = {}
     for path, eid in events.items():
-        node = client.get_node_from_key(keys.config_key(eid))
-        assert node is not None, f"no Redis node owns {eid}'s slot"
-        masters[path] = int((await node.execute_command("INFO", "server"))["process_id"])
+        _, masters[path] = await event_master(client, eid)
     await client.aclose()
     return events, masters
 

@@ -45,7 +45,7 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 from redis.asyncio.cluster import RedisCluster
 
-from flashcoupon_loadtest.benchkit import bench_spec
+from flashcoupon_loadtest.benchkit import bench_spec, event_master
 from flashcoupon_loadtest.localrun import stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds
 
@@ -95,13 +95,6 @@ def press_calls(issues: int, per_call: int, tag: str) -> list[list[str]]:
     return calls
 
 
-def local_pid(pid: int) -> int:
-    """`pid` if it runs on this machine, whose /proc gives its CPU; SystemExit otherwise."""
-    if not Path(f"/proc/{pid}/stat").exists():
-        raise SystemExit(f"the event's master (pid {pid}) does not run on this machine")
-    return pid
-
-
 async def cost_per_issue(
     client: RedisCluster, variant: Variant, issues: int, per_call: int
 ) -> float:
@@ -110,9 +103,7 @@ async def cost_per_issue(
     event_id = f"bench-master-{tag}"
     await event_state.provision(client, bench_spec(event_id, issues + 1))  # never sells out
     try:
-        node = client.get_node_from_key(keys.config_key(event_id))
-        assert node is not None, f"no Redis node owns {event_id}'s slot"
-        pid = local_pid(int((await node.execute_command("INFO", "server"))["process_id"]))
+        node, pid = await event_master(client, event_id)
         master = aioredis.Redis(host=node.host, port=int(node.port))
         try:
             sha = await master.script_load(variant.source(ISSUE.source))

@@ -1,10 +1,11 @@
 """What the single-server benchmarks share: start a server process (flashcoupon_loadtest.serve:
 the services' own uvicorn options), measure one scenario against it (req/s, latency, the
-server's CPU per request), a never-selling-out event, rounds that alternate the paths, the
-report's head.
+server's CPU per request), a never-selling-out event and the Redis master that runs its
+issue.lua, rounds that alternate the paths, the report's head.
 
-bench_issuer, bench_tracing, bench_servers and bench_gateway use it; the numbers are comparable
-between them because the server, the driver and the measurement are the same code.
+bench_issuer, bench_master, bench_tracing, bench_servers and bench_gateway use it; the numbers
+are comparable between them because the server, the driver and the measurement are the same
+code.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from flashcoupon_common import keys
 from flashcoupon_common.event_spec import AdmissionSpec, EventSpec, TierSpec
 from flashcoupon_common.messages import Discount
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.localrun import free_port, wait_ready
@@ -56,6 +59,21 @@ def bench_spec(event_id: str, quantity: int, admission: AdmissionSpec | None = N
         ),
         admission=admission or AdmissionSpec(),
     )
+
+
+async def event_master(client: RedisCluster, event_id: str) -> tuple[ClusterNode, int]:
+    """The Redis master owning `event_id`'s slot (where its issue.lua runs) and its pid, whose
+    CPU a benchmark reads from /proc: it must run on this machine."""
+    node = client.get_node_from_key(keys.config_key(event_id))
+    assert node is not None, f"no Redis node owns {event_id}'s slot"
+    return node, running_here(int((await node.execute_command("INFO", "server"))["process_id"]))
+
+
+def running_here(pid: int) -> int:
+    """`pid` when it runs on this machine; SystemExit otherwise."""
+    if not Path(f"/proc/{pid}/stat").exists():
+        raise SystemExit(f"the event's Redis master (pid {pid}) does not run on this machine")
+    return pid
 
 
 def serve(
