@@ -2,7 +2,7 @@
 
     uv run python -m flashcoupon_loadtest.bench_issuer [--requests 30000] [--rounds 2]
 
-Four paths, each served by ONE uvicorn worker process started with the services' own options
+Five paths, each served by ONE uvicorn worker process started with the services' own options
 (flashcoupon_loadtest.serve: uvloop, the guarded httptools protocol, no access log):
 
   hello    a hello-world Starlette route (flashcoupon_loadtest.hello), GET /
@@ -10,6 +10,9 @@ Four paths, each served by ONE uvicorn worker process started with the services'
            request through redis-py's RedisCluster
   issuer   the real issuer app: auto-pipelined EVALSHA (redis_batch), on an event large enough
            never to sell out during the run
+  floor    the issuer's floor (flashcoupon_loadtest.issuer_floor): the same batcher and issue.lua
+           behind nothing but reading two headers and a JSON answer; issuer/floor is what the
+           issuer's own rules cost, floor/hello what one HTTP request per press allows here
   soldout  the same issuer process on a sold-out event: answered from the local flag
 
 The load comes from the project's driver (flashcoupon_loadtest.driver, raw keep-alive
@@ -19,8 +22,8 @@ of each path is reported (a ceiling measurement), all rounds are kept in the JSO
 to loadtest/results/bench-issuer.json. Targets: issuer >= 60 % of hello, sold-out >= 85 %.
 "box ceiling" is each path's ratio had it run at the rate the two cores allow at the CPU per
 request its server, Redis master and driver measured (rounds.ceiling_rps), hello as measured.
-For naive and issuer it also reports the CPU per request of the Redis master running the
-event's issue.lua: one script run per press (naive) against the batcher's merged runs.
+For naive, issuer and floor it also reports the CPU per request of the Redis master running
+the event's issue.lua: one script run per press (naive) against the batcher's merged runs.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ from flashcoupon_loadtest.localrun import free_port, stack_env
 from flashcoupon_loadtest.rounds import DEFAULT_ROUNDS, share_cell
 
 TARGETS = {"issuer": 0.60, "soldout": 0.85}
+PATHS = ("hello", "naive", "issuer", "floor", "soldout")
+ISSUING = ("naive", "issuer", "floor")  # the paths whose presses run issue.lua
+FLOOR_APP = "flashcoupon_loadtest.issuer_floor:app"
 
 
 async def _provision(
@@ -61,7 +67,11 @@ async def _provision(
     issue.lua (INFO's process_id)."""
     client = create_redis_cluster(redis_settings)
     await client.initialize()
-    events = {"naive": f"bench-naive-{run}", "issuer": f"bench-live-{run}"}
+    events = {
+        "naive": f"bench-naive-{run}",
+        "issuer": f"bench-live-{run}",
+        "floor": f"bench-floor-{run}",
+    }
     for eid in events.values():
         await event_state.provision(client, bench_spec(eid, 10_000_000))
     sold = f"bench-sold-{run}"
@@ -96,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     redis_settings = RedisSettings.from_env(env)
     run = f"{int(time.time())}"
     events, masters = asyncio.run(_provision(redis_settings, run))
-    ports = {name: free_port() for name in ("hello", "naive", "issuer")}
+    ports = {name: free_port() for name in ("hello", "naive", "issuer", "floor")}
     procs = {
         "hello": serve(
             "flashcoupon_loadtest.hello:app", ports["hello"], env, "bench-hello.log", False
@@ -117,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             True,
             service="issuer",
         ),
+        "floor": serve(FLOOR_APP, ports["floor"], env, "bench-floor.log", False, service="issuer"),
     }
     targets = {
         path: (
@@ -124,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             procs["issuer" if path == "soldout" else path].pid,
             None if path == "hello" else events[path],
         )
-        for path in ("hello", "naive", "issuer", "soldout")
+        for path in PATHS
     }
     try:
         rounds = run_rounds(
@@ -133,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds=args.rounds,
             concurrency=args.concurrency,
             processes=args.processes,
-            watch={path: {"redis": masters[path]} for path in ("naive", "issuer")},
+            watch={path: {"redis": masters[path]} for path in ISSUING},
         )
     finally:
         stop_all(procs.values())
@@ -141,20 +152,18 @@ def main(argv: list[str] | None = None) -> int:
 
     best = {path: max(ms, key=lambda m: m["rps"]) for path, ms in rounds.items()}
     hello = best["hello"]["rps"]
-    ratios = {path: round(best[path]["rps"] / hello, 3) for path in ("naive", "issuer", "soldout")}
+    ratios = {path: round(best[path]["rps"] / hello, 3) for path in PATHS[1:]}
     # The same comparison by server CPU per request (median over rounds): hello's cost / path's.
     cpu = {
         path: statistics.median(m["server_cpu_us_per_request"] for m in ms)
         for path, ms in rounds.items()
     }
-    cpu_ratios = {
-        path: round(cpu["hello"] / cpu[path], 3) for path in ("naive", "issuer", "soldout")
-    }
+    cpu_ratios = {path: round(cpu["hello"] / cpu[path], 3) for path in PATHS[1:]}
     # The event's Redis master per issue: one script run per request (naive) against the
     # batcher's, which runs the presses of one event queued together as one script call.
     redis_cpu = {
         path: statistics.median(m["cpu_us_per_request"]["redis"] for m in rounds[path])
-        for path in ("naive", "issuer")
+        for path in ISSUING
     }
     # Each path at its box ceiling (the rate the two cores allow at the CPU per request its
     # server, Redis master and driver measured) against hello as measured: the most any overlap
@@ -184,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'path':8s} {'req/s':>9s} {'p50 ms':>8s} {'p99 ms':>8s} {'vs hello':>9s}"
         f" {'cpu us/req':>11s} {'cpu vs hello':>13s} {'box ceiling':>12s} {'busy':>5s}"
     )
-    for path in ("hello", "naive", "issuer", "soldout"):
+    for path in PATHS:
         b = best[path]
         ratio = 1.0 if path == "hello" else ratios[path]
         cr = 1.0 if path == "hello" else cpu_ratios[path]
@@ -196,7 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"event's Redis master CPU per issue: naive {redis_cpu['naive']:.1f} us,"
         f" issuer {redis_cpu['issuer']:.1f} us (issuer/naive"
-        f" {redis_cpu['issuer'] / max(redis_cpu['naive'], 0.1):.2f})"
+        f" {redis_cpu['issuer'] / max(redis_cpu['naive'], 0.1):.2f}),"
+        f" floor {redis_cpu['floor']:.1f} us"
+    )
+    print(
+        f"issuer/floor {best['issuer']['rps'] / best['floor']['rps']:.2f} req/s,"
+        f" {cpu['floor'] / cpu['issuer']:.2f} by server CPU (what the issuer's own rules cost);"
+        f" floor/hello {ratios['floor']:.2f} (what one HTTP request per press allows here)"
     )
     print(f"targets: {TARGETS}; met: {report['met']}; written to {out}")
     return 0

@@ -1,0 +1,101 @@
+"""The issuer's floor: a press served with nothing but what every issuer on this stack needs.
+
+An ASGI app, a benchmark baseline like hello-world (flashcoupon_loadtest.hello), not a service:
+it reads the two headers a press carries (X-Flashcoupon-User, Idempotency-Key), submits the press
+to the issuer's own batcher (flashcoupon_common.redis_batch) running issue.lua on the event's
+master, and answers 201 with the coupon as JSON, or 409 with the script's status. What the real
+issuer adds on top — input validation, problem+json answers, the sold-out flag and the holders,
+the replay cache, the unsettled shoppers, deadlines, RED and outcome metrics, tracing — it
+leaves out, so `make bench-issuer`'s issuer/floor is what those rules cost, and floor/hello what
+the architecture itself allows (one HTTP request per press, a Redis batch per loop turn).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from flashcoupon_common import keys
+from flashcoupon_common.lua import ISSUE
+from flashcoupon_common.redis_batch import ScriptBatcher
+from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_issuer.settings import IssuerSettings
+from starlette.types import Receive, Scope, Send
+
+from flashcoupon_loadtest.localrun import stack_env
+
+PREFIX = "/internal/v1/events/"
+SUFFIX = "/issue"
+_JSON = (b"content-type", b"application/json")
+
+
+def answer(event_id: str, user: str, reply: list[Any]) -> tuple[int, bytes]:
+    """(status, body) for one press's issue.lua reply (layout at the top of issue.lua)."""
+    status = reply[0].decode()
+    if status != "ISSUED":
+        return 409, orjson.dumps({"code": status})
+    code, tier, kind = reply[4].decode(), reply[5].decode(), reply[6].decode()
+    body = {
+        "eventId": event_id,
+        "userId": user,
+        "couponCode": code,
+        "tier": tier,
+        "discount": {"type": kind},
+        "issuedAt": int(reply[10]),
+        "expiresAt": int(reply[11]),
+    }
+    return 201, orjson.dumps(body)
+
+
+class IssuerFloor:
+    def __init__(self) -> None:
+        self.batcher: ScriptBatcher | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        path: str = scope["path"]
+        if not (path.startswith(PREFIX) and path.endswith(SUFFIX)) or self.batcher is None:
+            await _send(send, 200, b"ok")  # /readyz and anything else: the server is up
+            return
+        event_id = path[len(PREFIX) : -len(SUFFIX)]
+        user = key = ""
+        for name, value in scope["headers"]:
+            if name == b"x-flashcoupon-user":
+                user = value.decode()
+            elif name == b"idempotency-key":
+                key = value.decode()
+        press = (user, key, "", "", "")  # no traceparent, no allowance
+        reply = await self.batcher.submit(ISSUE, keys.issue_keys(event_id), press)
+        await _send(send, *answer(event_id, user, reply))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                settings = IssuerSettings.from_env(stack_env())  # the issuer's batching, too
+                client = create_redis_cluster(settings.redis)
+                await client.initialize()
+                self.batcher = ScriptBatcher(
+                    client,
+                    client="floor",
+                    max_batch=settings.max_batch,
+                    max_inflight=settings.max_inflight,
+                )
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.batcher is not None:
+                    await self.batcher.aclose()
+                    await self.batcher.redis.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _send(send: Send, status: int, body: bytes) -> None:
+    headers = [_JSON, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+app = IssuerFloor()
