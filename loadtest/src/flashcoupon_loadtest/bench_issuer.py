@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     redis_settings = RedisSettings.from_env(env)
     run = f"{int(time.time())}"
     events, masters = asyncio.run(_provision(redis_settings, run))
-    ports = {name: free_port() for name in ("hello", "naive", "issuer", "floor")}
+    ports = {name: free_port() for name in PATHS if name != "soldout"}  # soldout: the issuer
     procs = {
         "hello": serve(
             "flashcoupon_loadtest.hello:app", ports["hello"], env, "bench-hello.log", False
