@@ -45,11 +45,10 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 from redis.asyncio.cluster import RedisCluster
 
-from flashcoupon_loadtest.benchkit import bench_spec, event_master
+from flashcoupon_loadtest.benchkit import RESULTS, bench_spec, event_master
 from flashcoupon_loadtest.localrun import stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
 PIPELINE = 16  # calls per pipeline: the issuer keeps up to 4 batches on the wire per node
 _CODE_HASH = "tonumber(string.sub(redis.sha1hex(secret .. ':' .. rnd .. ':' .. R), 1, 7), 16)"
 _TIER_HASH = "tonumber(string.sub(redis.sha1hex(secret .. ':t:' .. seq), 1, 12), 16)"
