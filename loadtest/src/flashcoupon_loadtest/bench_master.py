@@ -48,6 +48,7 @@ from redis.asyncio.cluster import RedisCluster
 from flashcoupon_loadtest.benchkit import RESULTS, bench_spec, event_master
 from flashcoupon_loadtest.localrun import stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds
+from flashcoupon_loadtest.rounds import share_cell
 
 PIPELINE = 16  # calls per pipeline: the issuer keeps up to 4 batches on the wire per node
 _CODE_HASH = "tonumber(string.sub(redis.sha1hex(secret .. ':' .. rnd .. ':' .. R), 1, 7), 16)"
@@ -141,16 +142,12 @@ def summary(costs: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _ratio(value: float | None) -> str:
-    return f"{'n/a':>9s}" if value is None else f"{value:9.2f}"
-
-
 def table_lines(summarised: dict[str, dict[str, Any]]) -> list[str]:
     lines = [f"{'variant':14s} {'us/issue':>9s} {'vs as-is':>9s} {'saves us':>9s}  repeats"]
     for name, s in summarised.items():
         repeats = " ".join(f"{v:.1f}" for v in s["repeats"])
-        cpu, ratio, saves = s["cpu_us_per_issue"], _ratio(s["ratio_vs_as_is"]), s["saves_us"]
-        lines.append(f"{name:14s} {cpu:9.1f} {ratio} {saves:9.1f}  {repeats}")
+        cpu, ratio, saves = s["cpu_us_per_issue"], share_cell(s["ratio_vs_as_is"]), s["saves_us"]
+        lines.append(f"{name:14s} {cpu:9.1f} {ratio:>9s} {saves:9.1f}  {repeats}")
     return lines
 
 
