@@ -234,3 +234,68 @@ async def test_an_answer_within_the_timeout_leaves_no_deadline_behind() -> None:
         assert (await conn.request(raw, timeout=0.2))[::2] == (410, b"{}")
         assert conn._conn is first
         conn.close()
+
+
+async def _server_answering(first: int) -> tuple[asyncio.Server, int]:
+    """A loopback server that answers the first `first` requests of a connection, then none."""
+    answer = b"HTTP/1.1 410 Gone\r\ncontent-length: 2\r\n\r\n{}"
+
+    async def answer_some(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answered = 0
+        while await reader.readuntil(b"\r\n\r\n"):
+            if answered < first:
+                writer.write(answer)
+                answered += 1
+
+    server = await asyncio.start_server(answer_some, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_answered_requests_share_one_alarm_per_timeout() -> None:
+    # The deadline costs a timer once per timeout's length, not once per request: that was
+    # ~4.5 us of the driver's CPU a press, counted against the server it measures.
+    server, port = await _server_answering(first=50)
+    async with server:
+        target = Target.parse(f"http://127.0.0.1:{port}")
+        conn = Connection(target)
+        raw = build_request(target, "GET", "/")
+        await conn.request(raw, timeout=5.0)
+        alarm = conn._alarm
+        assert alarm is not None
+        for _ in range(20):
+            assert (await conn.request(raw, timeout=5.0))[::2] == (410, b"{}")
+        assert conn._alarm is alarm
+        conn.close()
+        assert alarm.cancelled()
+
+
+async def test_a_later_request_times_out_at_its_own_deadline_not_the_alarms() -> None:
+    # The alarm was set for the first (answered) request; it goes off before the second's
+    # deadline, which must neither end the second early nor let it run on past its deadline.
+    server, port = await _server_answering(first=1)
+    async with server:
+        target = Target.parse(f"http://127.0.0.1:{port}")
+        conn = Connection(target)
+        raw = build_request(target, "GET", "/")
+        loop = asyncio.get_running_loop()
+        assert (await conn.request(raw, timeout=0.3))[::2] == (410, b"{}")
+        await asyncio.sleep(0.2)
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await conn.request(raw, timeout=0.3)
+        assert 0.3 <= loop.time() - started < 1.0
+        assert conn._conn is not None and not conn._conn.open
+
+
+async def test_a_shorter_timeout_than_the_alarm_set_is_still_honoured() -> None:
+    server, port = await _server_answering(first=1)
+    async with server:
+        target = Target.parse(f"http://127.0.0.1:{port}")
+        conn = Connection(target)
+        raw = build_request(target, "GET", "/")
+        loop = asyncio.get_running_loop()
+        await conn.request(raw, timeout=30.0)  # the alarm is set 30 s ahead
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await conn.request(raw, timeout=0.2)
+        assert 0.2 <= loop.time() - started < 1.0
