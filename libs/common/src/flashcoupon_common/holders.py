@@ -7,7 +7,8 @@ a coupon — whose first answer was lost (a timeout, a 503) — must be told the
 So a process answers SOLD_OUT from its cache only to users it knows hold nothing: when an event
 sells out, it loads the event's holders once (HSCAN of the users hash, at most `quantity`
 entries — no coupon is issued after the sell-out, so the set is complete) and sends holders on
-to the script. Until the set is loaded (or when Redis cannot be read), everybody goes on.
+to the script. Presses arriving while the set loads wait for that one load; when it cannot be
+read within `Holders.timeout`, everybody goes on.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ def holds_nothing(holders: frozenset[str] | None, user: str) -> bool:
     return holders is not None and user not in holders
 
 
-async def scan_holders(redis: Any, event_id: str, count: int = 1000) -> frozenset[str]:
+# Entries per HSCAN call. Presses arriving while the set loads wait for it, and under a crowd
+# each round trip waits a long loop turn: 10,000 holders took a gateway 31–35 ms to load in
+# pages of 1,000 during `make demo`, and 15–16 ms in pages of 10,000 (docs/gateway.md). The
+# master spends ~0.6 us per entry either way, so a page of 10,000 holds it ~3 ms at most.
+SCAN_PAGE = 10_000
+
+
+async def scan_holders(redis: Any, event_id: str, count: int = SCAN_PAGE) -> frozenset[str]:
     """Every user in the event's users hash (redis: an asyncio Redis or RedisCluster)."""
     users: set[str] = set()
     key = keys.users_key(event_id)
