@@ -269,33 +269,29 @@ async def test_answered_requests_share_one_alarm_per_timeout() -> None:
         assert alarm.cancelled()
 
 
-async def test_a_later_request_times_out_at_its_own_deadline_not_the_alarms() -> None:
-    # The alarm was set for the first (answered) request; it goes off before the second's
-    # deadline, which must neither end the second early nor let it run on past its deadline.
+@pytest.mark.parametrize(
+    ("first", "pause", "second"),
+    [
+        # The alarm, set for the first (answered) request, goes off before the second's
+        # deadline: that must neither end the second early nor let it run on past it.
+        (0.3, 0.2, 0.3),
+        # The alarm is set 30 s ahead: a shorter timeout must set it sooner.
+        (30.0, 0.0, 0.2),
+    ],
+)
+async def test_each_request_times_out_at_its_own_deadline(
+    first: float, pause: float, second: float
+) -> None:
     server, port = await _server_answering(first=1)
     async with server:
         target = Target.parse(f"http://127.0.0.1:{port}")
         conn = Connection(target)
         raw = build_request(target, "GET", "/")
         loop = asyncio.get_running_loop()
-        assert (await conn.request(raw, timeout=0.3))[::2] == (410, b"{}")
-        await asyncio.sleep(0.2)
+        assert (await conn.request(raw, timeout=first))[::2] == (410, b"{}")
+        await asyncio.sleep(pause)
         started = loop.time()
         with pytest.raises(TimeoutError):
-            await conn.request(raw, timeout=0.3)
-        assert 0.3 <= loop.time() - started < 1.0
+            await conn.request(raw, timeout=second)
+        assert second <= loop.time() - started < 1.0
         assert conn._conn is not None and not conn._conn.open
-
-
-async def test_a_shorter_timeout_than_the_alarm_set_is_still_honoured() -> None:
-    server, port = await _server_answering(first=1)
-    async with server:
-        target = Target.parse(f"http://127.0.0.1:{port}")
-        conn = Connection(target)
-        raw = build_request(target, "GET", "/")
-        loop = asyncio.get_running_loop()
-        await conn.request(raw, timeout=30.0)  # the alarm is set 30 s ahead
-        started = loop.time()
-        with pytest.raises(TimeoutError):
-            await conn.request(raw, timeout=0.2)
-        assert 0.2 <= loop.time() - started < 1.0

@@ -168,8 +168,10 @@ class Connection:
         if due > loop.time():
             self._set_alarm(loop, due)  # a later request than the one it was set for
             return
-        self._due = None
-        self._expire()
+        # Past its deadline: closed, the exchange fails and `request` raises TimeoutError.
+        self._due, self.expired = None, True
+        if self._conn is not None:
+            self._conn.close()
 
     async def _send(self, raw: bytes, when: float | None) -> tuple[int, bytes, bytes]:
         conn = self._conn
@@ -180,7 +182,7 @@ class Connection:
         try:
             status, head, _, body = await conn.exchange(raw)
         except StaleConnectionError:
-            if not reused or self.expired:
+            if not reused or (when is not None and self.expired):
                 raise  # a new connection's failure, or the deadline closed this one
             status, head, _, body = await (await self._connect_by(when)).exchange(raw)
         return status, head, body
@@ -188,13 +190,6 @@ class Connection:
     async def _connect_by(self, when: float | None) -> http1.Connection:
         async with asyncio.timeout_at(when):
             return await self.connect()
-
-    def _expire(self) -> None:
-        """The request in flight ran out of time: close the connection, so that its exchange
-        fails and `request` raises TimeoutError."""
-        self.expired = True
-        if self._conn is not None:
-            self._conn.close()
 
     async def stream(self, raw: bytes) -> AsyncIterator[tuple[int, bytes, bytes]]:
         """Send a request whose answer streams (SSE): yields (status, head, chunk) per chunk.
