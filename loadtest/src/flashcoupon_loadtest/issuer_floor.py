@@ -19,13 +19,12 @@ from flashcoupon_common import keys
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
+from flashcoupon_issuer.http import ISSUE_PREFIX, ISSUE_SUFFIX
 from flashcoupon_issuer.settings import IssuerSettings
 from starlette.types import Receive, Scope, Send
 
 from flashcoupon_loadtest.localrun import stack_env
 
-PREFIX = "/internal/v1/events/"
-SUFFIX = "/issue"
 _JSON = (b"content-type", b"application/json")
 
 
@@ -56,10 +55,13 @@ class IssuerFloor:
             await self._lifespan(receive, send)
             return
         path: str = scope["path"]
-        if not (path.startswith(PREFIX) and path.endswith(SUFFIX)) or self.batcher is None:
+        if (
+            not (path.startswith(ISSUE_PREFIX) and path.endswith(ISSUE_SUFFIX))
+            or self.batcher is None
+        ):
             await _send(send, 200, b"ok")  # /readyz and anything else: the server is up
             return
-        event_id = path[len(PREFIX) : -len(SUFFIX)]
+        event_id = path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)]
         user = key = ""
         for name, value in scope["headers"]:
             if name == b"x-flashcoupon-user":

@@ -35,7 +35,7 @@ def holds_nothing(holders: frozenset[str] | None, user: str) -> bool:
 # Entries per HSCAN call. Presses arriving while the set loads wait for it, and under a crowd
 # each round trip waits a long loop turn: 10,000 holders took a gateway 31–35 ms to load in
 # pages of 1,000 during `make demo`, and 15–16 ms in pages of 10,000 (docs/gateway.md). The
-# master spends ~0.6 us per entry either way, so a page of 10,000 holds it ~3 ms at most.
+# master spends ~0.55 us per entry either way, so a page of 10,000 holds it ~2.6 ms.
 SCAN_PAGE = 10_000
 
 
