@@ -10,6 +10,7 @@ import jwt
 import pytest
 from flashcoupon_common.http import ProblemError
 from flashcoupon_common.settings import SettingsError
+from flashcoupon_gateway import auth as auth_module
 from flashcoupon_gateway.auth import Authenticator
 from flashcoupon_gateway.settings import AuthSettings, GatewaySettings
 from flashcoupon_gateway.waiting_room import parse_ticket, sign_ticket
@@ -167,7 +168,42 @@ def _parity_cases() -> list[str]:
     ]
     h, p, s = cases[0].split(".")
     cases += [f"{h}.{p}.{s[:-2]}AA", f"{h}.{p}x.{s}", f"{h}.{p}", "a.b.c", f"{h}.{p}.{s}=="]
+    # The same signature bytes spelled otherwise: a 32-byte HMAC takes 43 base64url
+    # characters, and the last one's two low bits are padding (zero as libraries write it).
+    last = _B64URL.index(s[-1])
+    cases += [f"{h}.{p}.{s[:-1]}{_B64URL[last | 1]}", f"{h}.{p}.{s[:-1]}{_B64URL[last | 3]}"]
     return cases
+
+
+_B64URL = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+@pytest.mark.filterwarnings("ignore:The HMAC key is")  # _parity_cases' HS512 token
+def test_hs256_without_openssl_hmac_verifies_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a Python without OpenSSL's HMAC object the signer is hmac.HMAC, with the same
+    verdicts."""
+    key = SECRET.encode()
+    fast = auth_module.hs256_signer(key)
+    monkeypatch.setattr(auth_module, "_openssl_hmac", None)
+    plain = auth_module.hs256_signer(key)
+    assert type(plain) is not type(fast)
+    for tok in _parity_cases():
+        verdicts = []
+        for signer in (fast, plain):
+            try:
+                claims = auth_module.verify_hs256(
+                    tok, signer, audience="flashcoupon", leeway=2, now=time.time()
+                )
+                verdicts.append(claims["sub"])
+            except ProblemError as exc:
+                verdicts.append(exc.detail)
+        assert verdicts[0] == verdicts[1], tok
+    assert (
+        auth_module.verify_hs256(token(), plain, audience="flashcoupon", leeway=2, now=time.time())[
+            "sub"
+        ]
+        == "alice"
+    )
 
 
 @pytest.mark.filterwarnings("ignore:The HMAC key is")  # the HS512 case: refused anyway
