@@ -1,7 +1,7 @@
 """`make bench-gateway`: the gateway against the issuer direct and a hello-world, same run.
 
     uv run python -m flashcoupon_loadtest.bench_gateway [--users 20000] [--rounds 2]
-        [--paths hello,issuer,gateway,soldout,unbatched] [--scheduling batch|default]
+        [--paths hello,issuer,gateway,floor,crowd,soldout,unbatched] [--scheduling batch|default]
 
 Paths (each round a closed-loop burst of distinct shoppers, one press each, every shopper its
 own HS256 JWT in the gateway paths; rounds alternate the order so machine noise hits all):
@@ -11,6 +11,10 @@ own HS256 JWT in the gateway paths; rounds alternate the order so machine noise 
              process, whatever --processes says)
   issuer     the issuer called directly (X-Flashcoupon-User), on a fresh event
   gateway    through the gateway to that issuer: a forwarded issue, on a fresh event
+  floor      as `gateway`, through the gateway's floor (flashcoupon_loadtest.gateway_floor): the
+             gateway's own batcher and pool to the same issuer, behind nothing but reading the
+             token's `sub` unverified; gateway/floor is what the gateway's rules cost,
+             floor/issuer-direct what one more HTTP hop allows here (this tree only)
   crowd      as `gateway`, but each shopper from its own address (X-Forwarded-For, which the
              bench's gateway trusts, one hop): a drop's traffic, as `make demo` sends it, where
              the per-IP limit is one more script call per press (from one address the IP's
@@ -26,7 +30,8 @@ they are deployed), `--processes` workers each; limits are set so they do not bi
 measures their cost, not their effect). Each round reports req/s and the CPU per request of
 every service process (/proc utime + stime) and of the Redis master owning the round's event
 ("event master": its issue.lua runs, and the limiter keys that hash there). Ratios:
-gateway/issuer, soldout/hello, issuer/hello, unbatched/gateway, crowd/gateway. Writes
+gateway/issuer, soldout/hello, issuer/hello, unbatched/gateway, crowd/gateway, gateway/floor,
+floor/issuer. Writes
 loadtest/results/bench-gateway.json. `--scheduling` as `make demo` (localrun.batch_scheduling):
 SCHED_BATCH for every process the bench starts (the default), or `default`, the OS's policy,
 which earlier figures were taken under. bench_revisions runs these paths for two revisions in
@@ -76,8 +81,8 @@ from flashcoupon_loadtest.rounds import (
 from flashcoupon_loadtest.scenarios import Burst
 from flashcoupon_loadtest.tokens import DEMO_SECRET
 
-Kind = Literal["hello", "issuer", "gateway", "crowd", "soldout"]
-PATHS = ("hello", "issuer", "gateway", "crowd", "soldout", "unbatched")
+Kind = Literal["hello", "issuer", "gateway", "floor", "crowd", "soldout"]
+PATHS = ("hello", "issuer", "gateway", "floor", "crowd", "soldout", "unbatched")
 # Issue 13: forwarded issue >= 0.60 of issuer-direct, sold-out >= 0.70 of hello, issuer >= 0.60.
 RATIOS = {
     "gateway/issuer-direct": Ratio("gateway", "issuer", 0.60),
@@ -86,7 +91,10 @@ RATIOS = {
     "gateway/hello": Ratio("gateway", "hello"),
     "crowd/gateway": Ratio("crowd", "gateway"),
     "unbatched/gateway": Ratio("unbatched", "gateway"),
+    "gateway/floor": Ratio("gateway", "floor"),
+    "floor/issuer-direct": Ratio("floor", "issuer"),
 }
+FLOOR_APP = "flashcoupon_loadtest.gateway_floor:app"
 UNBATCHED_ENV = {"FLASHCOUPON_GATEWAY_ISSUE_BATCH_MAX": "0"}
 # The Redis master owning the round's event (its issue.lua, and whatever limiter keys hash
 # there): reported with the services' CPU per request.
@@ -119,8 +127,10 @@ def start_services(
     env: Mapping[str, str],
     tag: str,
     unbatched: bool,
+    floor: bool = False,
 ) -> dict[str, Started]:
-    """An issuer and a gateway (and the unbatched gateway) from `bin_dir`'s console scripts.
+    """An issuer and a gateway (and the unbatched gateway) from `bin_dir`'s console scripts;
+    with `floor`, the gateway's floor too, from this tree, configured as the gateway.
 
     On failure everything started so far is stopped.
     """
@@ -149,6 +159,11 @@ def start_services(
                 {**gateway_env, **UNBATCHED_ENV},
                 f"{tag}-unbatched",
             )
+        if floor:
+            port = free_port()
+            log = f"bench-gw-{tag}-floor.log"
+            proc = serve(FLOOR_APP, port, {**env, **gateway_env}, log, False, service="gateway")
+            procs["floor"] = Started(proc, f"http://127.0.0.1:{port}")
     except BaseException:
         stop_all(p.proc for p in procs.values())
         raise
@@ -172,7 +187,7 @@ def _start(
 
 
 def service_paths(procs: Mapping[str, Started], prefix: str = "") -> dict[str, PathSpec]:
-    """The issuer, gateway, soldout (and unbatched) paths of one set of service processes."""
+    """The issuer, gateway, soldout (and unbatched, floor) paths of one set of service processes."""
     watch = {name: p.proc.pid for name, p in procs.items()}
     url = {name: p.url for name, p in procs.items()}
     paths = {
@@ -185,6 +200,8 @@ def service_paths(procs: Mapping[str, Started], prefix: str = "") -> dict[str, P
         paths[f"{prefix}unbatched"] = PathSpec(
             "gateway", url["unbatched"], watch["unbatched"], "unbatched", watch
         )
+    if "floor" in procs:
+        paths[f"{prefix}floor"] = PathSpec("floor", url["floor"], watch["floor"], "floor", watch)
     return paths
 
 
@@ -319,7 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     env = stack_env()
     bin_dir = Path(sys.executable).parent
     procs = start_services(
-        bin_dir, processes=args.processes, env=env, tag="this", unbatched="unbatched" in chosen
+        bin_dir,
+        processes=args.processes,
+        env=env,
+        tag="this",
+        unbatched="unbatched" in chosen,
+        floor="floor" in chosen,
     )
     try:
         available = service_paths(procs)

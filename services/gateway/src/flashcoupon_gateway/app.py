@@ -79,14 +79,7 @@ def create_app(
             sold_out=board,
         )
         specs = SpecCache(client, settings.spec_cache_seconds, board)
-        forwarder = Forwarder(
-            settings.issuer_urls,
-            settings.wallet_url,
-            connections=settings.upstream_connections,
-            timeout_seconds=settings.upstream_timeout_seconds,
-            failure_threshold=settings.breaker_failures,
-            open_seconds=settings.breaker_open_seconds,
-        )
+        forwarder = Forwarder.from_settings(settings)
         batcher = (
             IssueBatcher(forwarder, settings.issue_batch_max) if settings.issue_batch_max else None
         )

@@ -31,6 +31,7 @@ from flashcoupon_common.issue_batch import ALLOWANCE_HEADER, parse_allowance
 from flashcoupon_gateway.breaker import Breaker, State, Verdict, retry_after_header, verdict
 from flashcoupon_gateway.metrics import BREAKER_STATE, SHED, UPSTREAM_DURATION
 from flashcoupon_gateway.pool import HTTPPool, Sent
+from flashcoupon_gateway.settings import GatewaySettings
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +143,18 @@ class Forwarder:
         self.timeout = timeout_seconds
         self._deadline_ms = str(int(timeout_seconds * 1000))
         self._rr = itertools.cycle(range(len(self.issuers)))  # round-robin for unkeyed reads
+
+    @classmethod
+    def from_settings(cls, settings: GatewaySettings) -> Forwarder:
+        """The issuers and the wallet of `settings`, with its pool, timeout and breakers."""
+        return cls(
+            settings.issuer_urls,
+            settings.wallet_url,
+            connections=settings.upstream_connections,
+            timeout_seconds=settings.upstream_timeout_seconds,
+            failure_threshold=settings.breaker_failures,
+            open_seconds=settings.breaker_open_seconds,
+        )
 
     def pick_issuer(self, affinity: str | None = None) -> Upstream:
         """The issuer for a request whose breaker lets it through.
