@@ -12,7 +12,8 @@ bench-gateway`'s gateway/floor is what those rules cost, and floor/issuer-direct
 HTTP hop, batched, allows on this box.
 
 Configured as the gateway is (FLASHCOUPON_GATEWAY_*: the issuer's URL, the batch size, the
-pool's connections and timeout); presses go to the first issuer.
+pool's connections and timeout); presses go to the first issuer. The ASGI part is
+flashcoupon_loadtest.floor's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from flashcoupon_gateway.issue_batch import IssueBatcher
 from flashcoupon_gateway.routes import ISSUE_PATH
 from flashcoupon_gateway.settings import GatewaySettings
 from flashcoupon_gateway.upstream import Answer, Forwarder
-from starlette.types import Receive, Scope, Send
+
+from flashcoupon_loadtest.floor import Floor, Headers, Reply
 
 ISSUE_PREFIX, ISSUE_SUFFIX = ISSUE_PATH.split("{eventId}")
 _B64URL_TO_STD = bytes.maketrans(b"-_", b"+/")
@@ -39,62 +41,42 @@ def subject(authorization: bytes) -> str:
     return sub
 
 
-def response_headers(answer: Answer) -> list[tuple[bytes, bytes]]:
+def response_headers(answer: Answer) -> Headers:
     """The relayed answer's headers, as the ASGI start message carries them."""
     headers = [(k.encode(), v.encode("latin-1")) for k, v in answer.headers.items()]
     headers.append((b"content-length", str(len(answer.body)).encode()))
     return headers
 
 
-class GatewayFloor:
+class GatewayFloor(Floor):
     def __init__(self) -> None:
+        super().__init__(ISSUE_PREFIX, ISSUE_SUFFIX)
         self.forwarder: Forwarder | None = None
         self.batcher: IssueBatcher | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        path: str = scope["path"]
-        if (
-            not (path.startswith(ISSUE_PREFIX) and path.endswith(ISSUE_SUFFIX))
-            or self.forwarder is None
-            or self.batcher is None
-        ):
-            await _send(send, 200, [], b"ok")  # /readyz and anything else: the server is up
-            return
-        event_id = path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)]
+    async def press(self, event_id: str, headers: Headers) -> Reply:
+        assert self.forwarder is not None and self.batcher is not None  # started
         user = ""
         key = None
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name == b"authorization":
                 user = subject(value)
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
         press = Press(event_id, user, key, None, None)  # no traceparent, no allowance
         answer = await self.batcher.issue(self.forwarder.issuers[0], press)
-        await _send(send, answer.status, response_headers(answer), answer.body)
+        return answer.status, response_headers(answer), answer.body
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                settings = GatewaySettings.from_env()
-                self.forwarder = Forwarder.from_settings(settings)
-                self.batcher = IssueBatcher(self.forwarder, max(1, settings.issue_batch_max))
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self.batcher is not None:
-                    await self.batcher.aclose()
-                if self.forwarder is not None:
-                    await self.forwarder.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def start(self) -> None:
+        settings = GatewaySettings.from_env()
+        self.forwarder = Forwarder.from_settings(settings)
+        self.batcher = IssueBatcher(self.forwarder, max(1, settings.issue_batch_max))
 
-
-async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    async def stop(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.aclose()
+        if self.forwarder is not None:
+            await self.forwarder.aclose()
 
 
 app = GatewayFloor()

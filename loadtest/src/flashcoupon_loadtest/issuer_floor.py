@@ -7,7 +7,8 @@ master, and answers 201 with the coupon as JSON, or 409 with the script's status
 issuer adds on top — input validation, problem+json answers, the sold-out flag and the holders,
 the replay cache, the unsettled shoppers, deadlines, RED and outcome metrics, tracing — it
 leaves out, so `make bench-issuer`'s issuer/floor is what those rules cost, and floor/hello what
-the architecture itself allows (one HTTP request per press, a Redis batch per loop turn).
+the architecture itself allows (one HTTP request per press, a Redis batch per loop turn). The
+ASGI part is flashcoupon_loadtest.floor's.
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_issuer.http import ISSUE_PREFIX, ISSUE_SUFFIX
 from flashcoupon_issuer.settings import IssuerSettings
-from starlette.types import Receive, Scope, Send
 
+from flashcoupon_loadtest.floor import Floor, Headers, Reply, json_headers
 from flashcoupon_loadtest.localrun import stack_env
-
-_JSON = (b"content-type", b"application/json")
 
 
 def answer(event_id: str, user: str, reply: list[Any]) -> tuple[int, bytes]:
@@ -46,58 +45,39 @@ def answer(event_id: str, user: str, reply: list[Any]) -> tuple[int, bytes]:
     return 201, orjson.dumps(body)
 
 
-class IssuerFloor:
+class IssuerFloor(Floor):
     def __init__(self) -> None:
+        super().__init__(ISSUE_PREFIX, ISSUE_SUFFIX)
         self.batcher: ScriptBatcher | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-            return
-        path: str = scope["path"]
-        if (
-            not (path.startswith(ISSUE_PREFIX) and path.endswith(ISSUE_SUFFIX))
-            or self.batcher is None
-        ):
-            await _send(send, 200, b"ok")  # /readyz and anything else: the server is up
-            return
-        event_id = path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)]
+    async def press(self, event_id: str, headers: Headers) -> Reply:
+        assert self.batcher is not None  # started
         user = key = ""
-        for name, value in scope["headers"]:
+        for name, value in headers:
             if name == b"x-flashcoupon-user":
                 user = value.decode()
             elif name == b"idempotency-key":
                 key = value.decode()
         press = (user, key, "", "", "")  # no traceparent, no allowance
         reply = await self.batcher.submit(ISSUE, keys.issue_keys(event_id), press)
-        await _send(send, *answer(event_id, user, reply))
+        status, body = answer(event_id, user, reply)
+        return status, json_headers(body), body
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                settings = IssuerSettings.from_env(stack_env())  # the issuer's batching, too
-                client = create_redis_cluster(settings.redis)
-                await client.initialize()
-                self.batcher = ScriptBatcher(
-                    client,
-                    client="floor",
-                    max_batch=settings.max_batch,
-                    max_inflight=settings.max_inflight,
-                )
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self.batcher is not None:
-                    await self.batcher.aclose()
-                    await self.batcher.redis.aclose()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    async def start(self) -> None:
+        settings = IssuerSettings.from_env(stack_env())  # the issuer's batching, too
+        client = create_redis_cluster(settings.redis)
+        await client.initialize()
+        self.batcher = ScriptBatcher(
+            client,
+            client="floor",
+            max_batch=settings.max_batch,
+            max_inflight=settings.max_inflight,
+        )
 
-
-async def _send(send: Send, status: int, body: bytes) -> None:
-    headers = [_JSON, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    async def stop(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.aclose()
+            await self.batcher.redis.aclose()
 
 
 app = IssuerFloor()
