@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -78,7 +77,6 @@ class Connection:
         # (`_watch`): set once per timeout's length, not once per request.
         self._due: float | None = None
         self._alarm: asyncio.TimerHandle | None = None
-        self._alarm_at = math.inf
         self.expired = False  # the last request's deadline passed
 
     async def connect(self) -> http1.Connection:
@@ -108,7 +106,7 @@ class Connection:
         self._conn = None
         if self._alarm is not None:
             self._alarm.cancel()
-            self._alarm, self._alarm_at = None, math.inf
+            self._alarm = None
 
     async def request(
         self,
@@ -151,17 +149,17 @@ class Connection:
         loop = asyncio.get_running_loop()
         when = self._due = loop.time() + timeout
         self.expired = False
-        if when < self._alarm_at:
+        if self._alarm is None or when < self._alarm.when():
             self._set_alarm(loop, when)
         return when
 
     def _set_alarm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
         if self._alarm is not None:
             self._alarm.cancel()
-        self._alarm, self._alarm_at = loop.call_at(when, self._alarm_off, loop), when
+        self._alarm = loop.call_at(when, self._alarm_off, loop)
 
     def _alarm_off(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._alarm, self._alarm_at = None, math.inf
+        self._alarm = None
         due = self._due
         if due is None:
             return  # idle: the next request sets it again
