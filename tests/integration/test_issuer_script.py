@@ -13,7 +13,7 @@ from datetime import timedelta
 import pytest
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.coupon_math import coupon_code, pick_tier, tier_draw
-from flashcoupon_common.event_spec import EventSpec
+from flashcoupon_common.event_spec import EventSpec, TierSpec
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.messages import CouponIssued
 
@@ -59,6 +59,25 @@ async def test_script_matches_python_reference(redis_cluster, cleanup) -> None:
     assert state.issued_by_tier == {"big": 20, "small": 180} == state.tier_quantities
     assert (await issue(redis_cluster, eid, "late", "r-late"))[0] == "SOLD_OUT"
     assert state.phase() == "SoldOut"
+
+
+async def test_a_single_tier_event_issues_the_reference_codes_without_a_draw(
+    redis_cluster, cleanup
+) -> None:
+    # One tier skips the draw's hash (every draw lands on it): codes and tier as the reference.
+    only = TierSpec("only", TIERS[0].discount, 100)
+    spec = EventSpec(**{**_fields(make_spec(30)), "tiers": (only,)})
+    spec = await provisioned(redis_cluster, cleanup, spec)
+    eid = spec.event_id
+    secret = (await redis_cluster.hget(keys.config_key(eid), "secret")).decode()
+    for seq in range(30):
+        reply = await issue(redis_cluster, eid, f"user-{seq}", f"r{seq}")
+        assert reply[0] == "ISSUED" and reply[1] == 29 - seq
+        assert pick_tier(tier_draw(secret, seq), [30 - seq]) == 0
+        assert (reply[4], reply[5]) == (coupon_code(secret, seq), "only")
+    state = await event_state.read_state(redis_cluster, eid)
+    assert state is not None and state.issued_by_tier == {"only": 30}
+    assert (await issue(redis_cluster, eid, "late", "r-late"))[0] == "SOLD_OUT"
 
 
 async def test_presses_in_one_call_are_decided_as_separate_calls_would_be(

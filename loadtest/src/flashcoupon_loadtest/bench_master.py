@@ -10,11 +10,12 @@ issue. On a two-core box that CPU is taken from what the issuer's path could use
 box ceiling, docs/loadtest.md), so it bounds issuer/hello as much as the issuer's own does.
 
 Variants of the script, each loaded under its own sha and measured in turn in every repeat (the
-machine's noise hits all of them), say what one part costs: each is issue.lua with that part
-cut. Their codes are wrong on purpose; each runs on an event of its own, deleted afterwards.
+machine's noise hits all of them), say what one part costs: most are issue.lua with that part
+cut (their codes are wrong on purpose). Each runs on an event of its own, deleted afterwards.
 
   as-is          issue.lua as deployed: the baseline of every ratio
   one-per-call   as-is, one press per call: what deciding a batch's presses in one call saves
+  single-tier    as-is, on an event of one tier (which skips the tier draw's hash)
   no-code-hash   the code's keyed Feistel rounds without their redis.sha1hex (f = R)
   no-hashes      that, and the tier draw without its hash (r = seq % total)
   no-outbox      no XADD of the outbox entry
@@ -40,12 +41,13 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from flashcoupon_common import event_state, keys
+from flashcoupon_common.event_spec import TierSpec
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 from redis.asyncio.cluster import RedisCluster
 
-from flashcoupon_loadtest.benchkit import RESULTS, bench_spec, event_master
+from flashcoupon_loadtest.benchkit import ONE_TIER, RESULTS, TWO_TIERS, bench_spec, event_master
 from flashcoupon_loadtest.localrun import stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds
 from flashcoupon_loadtest.rounds import share_cell
@@ -60,6 +62,7 @@ class Variant:
     name: str
     cuts: tuple[tuple[str, str], ...] = ()  # (text of issue.lua, what replaces it)
     per_call: int | None = None  # presses per call; None: the run's --per-call
+    tiers: tuple[TierSpec, ...] = TWO_TIERS  # the event's tiers
 
     def source(self, script: str) -> str:
         """issue.lua with this variant's cuts; ValueError when one does not match exactly once."""
@@ -76,6 +79,7 @@ class Variant:
 VARIANTS = (
     Variant("as-is"),
     Variant("one-per-call", per_call=1),
+    Variant("single-tier", tiers=ONE_TIER),
     Variant("no-code-hash", ((_CODE_HASH, "R"),)),
     Variant("no-hashes", ((_CODE_HASH, "R"), (_TIER_HASH, "seq"))),
     Variant("no-outbox", (("redis.call('XADD', unpack(xadd))", "local _ = xadd"),)),
@@ -101,7 +105,8 @@ async def cost_per_issue(
     """Microseconds of the master's CPU per issue for `variant`, on an event of its own."""
     tag = f"{variant.name}-{os.urandom(3).hex()}"
     event_id = f"bench-master-{tag}"
-    await event_state.provision(client, bench_spec(event_id, issues + 1))  # never sells out
+    spec = bench_spec(event_id, issues + 1, tiers=variant.tiers)  # never sells out
+    await event_state.provision(client, spec)
     try:
         node, pid = await event_master(client, event_id)
         master = aioredis.Redis(host=node.host, port=int(node.port))

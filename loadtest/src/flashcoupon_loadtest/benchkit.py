@@ -44,8 +44,21 @@ LOGS = Path(__file__).resolve().parents[3] / ".stack" / "logs"
 HELLO_APP = "flashcoupon_loadtest.hello:app"
 
 
-def bench_spec(event_id: str, quantity: int, admission: AdmissionSpec | None = None) -> EventSpec:
-    """An event open now, with two tiers; `admission` for limits other than the defaults."""
+TWO_TIERS = (
+    TierSpec("big", Discount("fixed", amount=10000), 10),
+    TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
+)
+ONE_TIER = (TierSpec("all", Discount("fixed", amount=10000), 100),)
+
+
+def bench_spec(
+    event_id: str,
+    quantity: int,
+    admission: AdmissionSpec | None = None,
+    tiers: tuple[TierSpec, ...] = TWO_TIERS,
+) -> EventSpec:
+    """An event open now, with two tiers unless told; `admission` for limits other than the
+    defaults."""
     now = datetime.now(UTC)
     return EventSpec(
         event_id=event_id,
@@ -53,10 +66,7 @@ def bench_spec(event_id: str, quantity: int, admission: AdmissionSpec | None = N
         quantity=quantity,
         start_at=now - timedelta(minutes=1),
         end_at=now + timedelta(hours=2),
-        tiers=(
-            TierSpec("big", Discount("fixed", amount=10000), 10),
-            TierSpec("small", Discount("percent", percent=5, max_amount=3000), 90),
-        ),
+        tiers=tiers,
         admission=admission or AdmissionSpec(),
     )
 
