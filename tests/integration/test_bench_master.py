@@ -13,9 +13,10 @@ from tests.support.stack import Stack
 
 def test_every_variant_runs_on_the_events_master(stack: Stack, tmp_path: Path) -> None:
     out = tmp_path / "bench-master.json"
-    assert main(["--issues", "96", "--per-call", "32", "--repeats", "1", "--out", str(out)]) == 0
+    args = ["--issues", "96", "--per-call", "32", "--repeats", "1", "--against", "HEAD"]
+    assert main([*args, "--out", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["settings"] == {"issues": 96, "per_call": 32, "repeats": 1}
-    assert list(report["variants"]) == [v.name for v in VARIANTS]
+    assert report["settings"] == {"issues": 96, "per_call": 32, "repeats": 1, "against": "HEAD"}
+    assert list(report["variants"]) == [*(v.name for v in VARIANTS), "at HEAD"]
     for figures in report["variants"].values():
         assert len(figures["repeats"]) == 1 and figures["cpu_us_per_issue"] >= 0

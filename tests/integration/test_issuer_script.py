@@ -7,6 +7,7 @@ each non-issue answer, provisioning raise/lower, outbox entries.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -139,6 +140,26 @@ async def test_same_request_id_twice_returns_the_original_coupon(redis_cluster, 
     state = await event_state.read_state(redis_cluster, spec.event_id)
     assert state is not None and state.issued == 1
     assert await redis_cluster.xlen(keys.outbox_key(spec.event_id)) == 1
+
+
+async def test_a_coupon_expires_its_validity_after_its_issue_in_every_answer(
+    redis_cluster, cleanup
+) -> None:
+    # issue.lua writes a run's issue time and expiry once for all its issues; answers from a
+    # later run (a replay, DUPLICATE) still give the coupon's own times, as the outbox does.
+    spec = await provisioned(redis_cluster, cleanup, make_spec(5, per_user_limit=1))
+    eid = spec.event_id
+    validity = int(await redis_cluster.hget(keys.config_key(eid), "vf"))
+    first = await issue(redis_cluster, eid, "carol", "req-1")
+    await asyncio.sleep(0.01)  # a later run, a later millisecond
+    replay = await issue(redis_cluster, eid, "carol", "req-1")
+    duplicate = await issue(redis_cluster, eid, "carol", "req-2")
+    assert [first[0], replay[0], duplicate[0]] == ["ISSUED", "ISSUED", "DUPLICATE"]
+    for reply in (first, replay, duplicate):
+        assert (reply[10], reply[11]) == (first[10], str(int(first[10]) + validity))
+    ((_, entry),) = await redis_cluster.xrange(keys.outbox_key(eid))
+    outboxed = CouponIssued.from_outbox(entry)
+    assert (outboxed.issued_at_ms, outboxed.expires_at_ms) == (int(first[10]), int(first[11]))
 
 
 async def test_per_user_limit_three(redis_cluster, cleanup) -> None:

@@ -3,9 +3,19 @@ tests/integration/test_bench_master.py)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 from flashcoupon_common.lua import ISSUE
-from flashcoupon_loadtest.bench_master import VARIANTS, Variant, press_calls, summary
+from flashcoupon_loadtest.bench_master import (
+    ISSUE_LUA,
+    VARIANTS,
+    Variant,
+    press_calls,
+    revision_variant,
+    summary,
+)
+from flashcoupon_loadtest.localrun import ROOT
 
 
 def test_every_cut_matches_the_deployed_script_once() -> None:
@@ -48,3 +58,18 @@ def test_summary_takes_medians_against_as_is() -> None:
     assert s["no-outbox"]["cpu_us_per_issue"] == 17.0
     assert s["no-outbox"]["ratio_vs_as_is"] == pytest.approx(17 / 21, abs=1e-3)
     assert s["no-outbox"]["saves_us"] == 4.0
+
+
+def test_a_revision_variant_runs_issue_lua_as_committed_there() -> None:
+    committed = subprocess.run(
+        ["git", "show", f"HEAD:{ISSUE_LUA}"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    variant = revision_variant("HEAD")
+    assert variant.name == "at HEAD"
+    assert variant.source(ISSUE.source) == committed
+    assert (ROOT / ISSUE_LUA).read_text() == ISSUE.source  # the path names the deployed script
+
+
+def test_an_unknown_revision_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="--against no-such-rev"):
+        revision_variant("no-such-rev")

@@ -1,7 +1,7 @@
 """`make bench-master`: what issue.lua costs the event's Redis master per issue, and where it goes.
 
     uv run python -m flashcoupon_loadtest.bench_master [--issues 40000] [--per-call 32]
-        [--repeats 3]
+        [--repeats 3] [--against REV]
 
 issue.lua is sent straight to the master that owns a fresh event's slot (no issuer, no HTTP) as
 EVALSHA calls of --per-call presses, each press a new shopper without an allowance, 16 calls per
@@ -20,6 +20,8 @@ cut (their codes are wrong on purpose). Each runs on an event of its own, delete
   no-hashes      that, and the tier draw without its hash (r = seq % total)
   no-outbox      no XADD of the outbox entry
   no-holdings    no HSET of the shopper's holdings
+  at REV         with --against REV: issue.lua as it was at that git revision, so a change to
+                 the script is measured against its predecessor in one run
 
 A cut is a text replacement that must match issue.lua exactly once: when the script changes so
 that one no longer matches, the run stops and names the variant (tests/unit/test_bench_master.py
@@ -32,7 +34,9 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,24 +52,27 @@ from flashcoupon_common.settings import RedisSettings
 from redis.asyncio.cluster import RedisCluster
 
 from flashcoupon_loadtest.benchkit import ONE_TIER, RESULTS, TWO_TIERS, bench_spec, event_master
-from flashcoupon_loadtest.localrun import stack_env
+from flashcoupon_loadtest.localrun import ROOT, stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds
 from flashcoupon_loadtest.rounds import share_cell
 
 PIPELINE = 16  # calls per pipeline: the issuer keeps up to 4 batches on the wire per node
-_CODE_HASH = "tonumber(string.sub(redis.sha1hex(secret .. ':' .. rnd .. ':' .. R), 1, 7), 16)"
-_TIER_HASH = "tonumber(string.sub(redis.sha1hex(secret .. ':t:' .. seq), 1, 12), 16)"
+_CODE_HASH = "tonumber(string.sub(redis.sha1hex(round_key[rnd] .. R), 1, 7), 16)"
+_TIER_HASH = "tonumber(string.sub(redis.sha1hex(tier_key .. seq), 1, 12), 16)"
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str
     cuts: tuple[tuple[str, str], ...] = ()  # (text of issue.lua, what replaces it)
+    script: str | None = None  # another issue.lua in place of the deployed one (--against)
     per_call: int | None = None  # presses per call; None: the run's --per-call
     tiers: tuple[TierSpec, ...] = TWO_TIERS  # the event's tiers
 
     def source(self, script: str) -> str:
-        """issue.lua with this variant's cuts; ValueError when one does not match exactly once."""
+        """issue.lua (or this variant's own) with its cuts; ValueError when one does not match
+        exactly once."""
+        script = self.script or script
         for old, new in self.cuts:
             found = script.count(old)
             if found != 1:
@@ -87,6 +94,19 @@ VARIANTS = (
 )
 
 
+ISSUE_LUA = "libs/common/src/flashcoupon_common/lua/issue.lua"  # in the repository
+
+
+def revision_variant(rev: str) -> Variant:
+    """issue.lua as committed at `rev` (git show), to measure beside this tree's."""
+    shown = subprocess.run(
+        ["git", "show", f"{rev}:{ISSUE_LUA}"], cwd=ROOT, capture_output=True, text=True
+    )
+    if shown.returncode != 0:
+        raise ValueError(f"--against {rev}: {shown.stderr.strip() or 'git show failed'}")
+    return Variant(f"at {rev}", script=shown.stdout)
+
+
 def press_calls(issues: int, per_call: int, tag: str) -> list[list[str]]:
     """issue.lua's ARGV for `issues` new shoppers, `per_call` presses per call (the last call
     may hold fewer): user id, request id, no traceparent, no allowance."""
@@ -103,7 +123,9 @@ async def cost_per_issue(
     client: RedisCluster, variant: Variant, issues: int, per_call: int
 ) -> float:
     """Microseconds of the master's CPU per issue for `variant`, on an event of its own."""
-    tag = f"{variant.name}-{os.urandom(3).hex()}"
+    # The event id is a DNS label: a revision's name ("at main~3") in its characters.
+    slug = re.sub(r"[^a-z0-9]+", "-", variant.name.lower()).strip("-")[:40]
+    tag = f"{slug}-{os.urandom(3).hex()}"
     event_id = f"bench-master-{tag}"
     spec = bench_spec(event_id, issues + 1, tiers=variant.tiers)  # never sells out
     await event_state.provision(client, spec)
@@ -179,20 +201,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-call", type=int, default=32, help="presses per EVALSHA (the batch)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS / "bench-master.json")
+    ap.add_argument("--against", metavar="REV", help="also issue.lua as committed at REV")
     args = ap.parse_args(argv)
     if args.issues < 1 or args.per_call < 1 or args.repeats < 1:
         ap.error("--issues, --per-call and --repeats must be at least 1")
-    for variant in VARIANTS:  # a cut that no longer matches stops the run before it starts
+    variants: tuple[Variant, ...] = VARIANTS
+    if args.against:
+        try:
+            variants = (*VARIANTS, revision_variant(args.against))
+        except ValueError as exc:
+            ap.error(str(exc))
+    for variant in variants:  # a cut that no longer matches stops the run before it starts
         variant.source(ISSUE.source)
     settings = RedisSettings.from_env(stack_env())
-    costs = asyncio.run(run(settings, VARIANTS, args.issues, args.per_call, args.repeats))
+    costs = asyncio.run(run(settings, variants, args.issues, args.per_call, args.repeats))
     summarised = summary(costs)
     report = {
         "benchmark": "master",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        "settings": {"issues": args.issues, "per_call": args.per_call, "repeats": args.repeats},
+        "settings": {
+            "issues": args.issues,
+            "per_call": args.per_call,
+            "repeats": args.repeats,
+            "against": args.against,
+        },
         "variants": summarised,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
