@@ -46,7 +46,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- Made once per run rather than per issue (Lua formats a number with sprintf): an issue's time
 -- and expiry as written, and the keyed prefixes of the code's rounds and the tier draw. With
--- the code's digits as bytes below, they took ~12 % off the master's CPU per issue.
+-- the code's digits as bytes below, they took 6-16 % off the master's CPU per issue
+-- (docs/loadtest.md, make bench-master).
 local now_s, expires_s = tostring(now), tostring(now + vf)
 local round_key = {secret .. ':1:', secret .. ':2:', secret .. ':3:', secret .. ':4:'}
 local tier_key = secret .. ':t:'
@@ -170,8 +171,8 @@ decide = function(held, entries, user, rid, tp)
   if total <= 0 then
     return {'SOLD_OUT', 0, 0, 0}
   end
-  -- One tier is every draw's outcome: its hash would cost the master ~1.5 us per issue for
-  -- nothing (docs/issuer.md).
+  -- One tier is every draw's outcome: its hash would cost the master ~2 us per issue for
+  -- nothing (docs/redis-layout.md).
   local tier = 1
   if nt > 1 then
     -- 48 bits of SHA-1: the double-precision modulo below stays exact.
@@ -194,13 +195,13 @@ decide = function(held, entries, user, rid, tp)
     L, R = R, bit.bxor(L, f)
   end
   local v = L * HALF + R
-  local chars = {}
+  local digits = {}
   for i = 10, 1, -1 do
     local d = v % 32
-    chars[i] = string.byte(ALPHA, d + 1)
+    digits[i] = string.byte(ALPHA, d + 1)
     v = (v - d) / 32
   end
-  local code = prefix .. string.char(unpack(chars))
+  local code = prefix .. string.char(unpack(digits))
 
   seq = seq + 1
   issued[tier] = issued[tier] + 1
