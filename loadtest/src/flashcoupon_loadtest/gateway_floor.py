@@ -18,10 +18,9 @@ flashcoupon_loadtest.floor's.
 
 from __future__ import annotations
 
-import binascii
-
 import orjson
 from flashcoupon_common.issue_batch import Press
+from flashcoupon_gateway.auth import b64url_decode
 from flashcoupon_gateway.issue_batch import IssueBatcher
 from flashcoupon_gateway.routes import ISSUE_PATH
 from flashcoupon_gateway.settings import GatewaySettings
@@ -30,14 +29,12 @@ from flashcoupon_gateway.upstream import Answer, Forwarder
 from flashcoupon_loadtest.floor import Floor, Headers, Reply
 
 ISSUE_PREFIX, ISSUE_SUFFIX = ISSUE_PATH.split("{eventId}")
-_B64URL_TO_STD = bytes.maketrans(b"-_", b"+/")
 
 
 def subject(authorization: bytes) -> str:
     """The `sub` of a `Bearer <jwt>` header, read without verifying anything."""
     payload = authorization.partition(b" ")[2].split(b".")[1]
-    padded = payload.translate(_B64URL_TO_STD) + b"=" * (-len(payload) % 4)
-    sub: str = orjson.loads(binascii.a2b_base64(padded))["sub"]
+    sub: str = orjson.loads(b64url_decode(payload))["sub"]
     return sub
 
 

@@ -81,7 +81,8 @@ _STD_TO_B64 = bytes.maketrans(b"+/", b"-_")
 _USER_ID = re.compile(r"^[^\s{}]{1,128}$")
 
 
-def _b64url(segment: bytes) -> bytes:
+def b64url_decode(segment: bytes) -> bytes:
+    """A JWT segment's bytes (unpadded base64url, strictly); 401 when it is not one."""
     if b"+" in segment or b"/" in segment or b"=" in segment:
         raise unauthorized("token is invalid: DecodeError")
     try:  # what base64.b64decode(..., validate=True) does, one call less
@@ -109,7 +110,7 @@ _GOOD_HEADERS: set[bytes] = set()
 
 def _check_header(h: bytes) -> None:
     try:
-        header = orjson.loads(_b64url(h))
+        header = orjson.loads(b64url_decode(h))
     except orjson.JSONDecodeError:
         raise unauthorized("token is invalid: DecodeError") from None
     if not isinstance(header, dict) or header.get("alg") != "HS256" or "crit" in header:
@@ -168,7 +169,7 @@ def verify_hs256(
     if h not in _GOOD_HEADERS:
         _check_header(h)
     try:
-        claims = orjson.loads(_b64url(p))
+        claims = orjson.loads(b64url_decode(p))
     except orjson.JSONDecodeError:
         raise unauthorized("token is invalid: DecodeError") from None
     mac = signer.copy()
