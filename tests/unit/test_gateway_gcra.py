@@ -98,7 +98,7 @@ def test_rate_limited_problem_and_headers() -> None:
     assert exc.headers["RateLimit-Reset"] == "3"
     assert exc.extra["scope"] == "user"
     ok = rate_headers([Outcome(check, True, 0, 3, 1_000_000), Outcome(check, True, 0, 1, 0)])
-    assert ok["RateLimit-Remaining"] == "1"
+    assert dict(ok)[b"ratelimit-remaining"] == b"1"
 
 
 def test_want_grants_as_many_as_conform() -> None:
@@ -153,7 +153,8 @@ def test_an_allowance_the_issuer_refused_is_remembered_and_answered_as_the_limit
     limiter = RateLimiter(None, event_shards=1)  # type: ignore[arg-type]  # no call is made
     check = Check("user", user_key("ann", "ev:e"), gcra.Limit(2.0, 5))
     ok = limiter.allowance_outcome(check, (3, 1_000_000, 0), time.monotonic())
-    assert ok.allowed and ok.remaining == 3 and rate_headers([ok])["RateLimit-Remaining"] == "3"
+    assert ok.allowed and ok.remaining == 3
+    assert dict(rate_headers([ok]))[b"ratelimit-remaining"] == b"3"
     with pytest.raises(ProblemError) as refused:
         limiter.allowance_outcome(check, (0, 2_500_000, 1_500_000), time.monotonic())
     assert refused.value.status == 429 and refused.value.extra["scope"] == "user"
@@ -184,18 +185,26 @@ def test_rate_headers_name_the_tightest_outcome_with_its_limit() -> None:
     ip = Check("ip", "{rl:ip:1.2.3.4}", gcra.limit(1000.0, 2000))
     user = Check("user", "{rl:u:ann}:ev:e", gcra.limit(0.5, 3))
     roomy, tight = Outcome(ip, True, 0, 1500, 2_000_001), Outcome(user, True, 0, 2, 2_000_000)
-    assert rate_headers([roomy, tight]) == {
-        "RateLimit-Limit": "3",
-        "RateLimit-Remaining": "2",
-        "RateLimit-Reset": "2",
-        "RateLimit-Policy": "3;w=6",
-    }
+    assert rate_headers([roomy, tight]) == [
+        (b"ratelimit-limit", b"3"),
+        (b"ratelimit-remaining", b"2"),
+        (b"ratelimit-reset", b"2"),
+        (b"ratelimit-policy", b"3;w=6"),
+    ]
     refused = Outcome(ip, False, 5_000, 0, 1)
-    assert rate_headers([tight, refused]) == {
+    assert rate_headers([tight, refused]) == [
+        (b"ratelimit-limit", b"2000"),
+        (b"ratelimit-remaining", b"0"),
+        (b"ratelimit-reset", b"1"),
+        (b"ratelimit-policy", b"2000;w=2"),
+    ]
+    assert dict(rate_headers([roomy]))[b"ratelimit-reset"] == b"3"
+    assert rate_headers([]) == []
+    # A 429 names the same headers, with their canonical names, and its Retry-After.
+    assert rate_limited(refused).headers == {
         "RateLimit-Limit": "2000",
         "RateLimit-Remaining": "0",
         "RateLimit-Reset": "1",
         "RateLimit-Policy": "2000;w=2",
+        "Retry-After": "1",
     }
-    assert rate_headers([roomy])["RateLimit-Reset"] == "3"
-    assert rate_headers([]) == {}

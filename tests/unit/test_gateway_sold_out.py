@@ -187,5 +187,5 @@ def test_the_sold_out_lane_waits_for_the_holders_and_renders_the_answer_once() -
     assert not g.answers_sold_out_now("ev", f"Bearer {token('crowd')}")
     answer = g.sold_out_answer("ev")
     assert answer is g.sold_out_answer("ev")
-    assert answer.status_code == 410 and b'"SOLD_OUT"' in answer.body
-    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.status == 410 and b'"SOLD_OUT"' in answer.body
+    assert dict(answer.headers)[b"content-type"] == b"application/problem+json"

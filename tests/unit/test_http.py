@@ -96,24 +96,45 @@ def test_json_response_heads_as_starlette_would() -> None:
             _assert_same_head(ours, theirs, (status, headers))
 
 
-def test_raw_response_heads_as_starlette_would() -> None:
-    """RawResponse (the gateway's relayed answers) sends byte for byte the head Starlette's
-    Response would: names lower-cased, Content-Length added unless given or body-less."""
-    from flashcoupon_common.http import RawResponse
+def test_a_reply_heads_as_starlette_would() -> None:
+    """Reply (the gateway's relayed answers, sent as ASGI messages or as a route's Response)
+    carries byte for byte the head Starlette's Response would: names lower-cased, Latin-1,
+    Content-Length added unless the status is body-less."""
+    from flashcoupon_common.http import Reply
     from starlette.responses import Response
 
     body = b'{"couponCode":"ABCD"}'
     heads: list[dict[str, str]] = [
         {},
         {"content-type": "application/json", "RateLimit-Limit": "5", "RateLimit-Reset": "1"},
-        {"Content-Type": "application/problem+json", "Retry-After": "2"},
-        {"content-type": "text/plain", "Content-Length": "21"},
+        {"Content-Type": "application/problem+json", "Retry-After": "2", "X-Name": "jos\xe9"},
     ]
     for status in (100, 200, 201, 204, 304, 409, 410, 503):
         for headers in heads:
-            ours = RawResponse(body, status, headers)
+            raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+            reply = Reply.of(status, raw, body)
             theirs = Response(body, status, headers=headers)
-            _assert_same_head(ours, theirs, (status, headers))
+            _assert_same_head(reply.response(), theirs, (status, headers))
+            assert Reply.of_response(theirs) == reply
+
+
+async def test_a_reply_is_sent_as_two_asgi_messages() -> None:
+    from flashcoupon_common.http import Reply
+
+    sent: list[dict[str, object]] = []
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    await Reply.of(201, [(b"content-type", b"application/json")], b"{}").send(send)
+    assert sent == [
+        {
+            "type": "http.response.start",
+            "status": 201,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"2")],
+        },
+        {"type": "http.response.body", "body": b"{}"},
+    ]
 
 
 def _assert_same_head(ours: object, theirs: object, case: object) -> None:

@@ -89,7 +89,7 @@ def test_a_refusal_of_allowances_is_told_from_other_batch_refusals() -> None:
     from flashcoupon_gateway.upstream import Answer
 
     def answer(status: int, code: str) -> Answer:
-        return Answer(status, orjson.dumps({"code": code, "status": status}), {})
+        return Answer(status, orjson.dumps({"code": code, "status": status}), [])
 
     with_one = [Press("ev", "a", None, None, (1_000_000, 2)), Press("ev", "b", None, None)]
     without = [Press("ev", "b", None, None)]
@@ -98,5 +98,5 @@ def test_a_refusal_of_allowances_is_told_from_other_batch_refusals() -> None:
     assert not refuses_allowances(answer(400, "PAYLOAD_TOO_LARGE"), with_one)
     assert not refuses_allowances(answer(413, "MALFORMED_BATCH"), with_one)
     assert not refuses_allowances(answer(200, "MALFORMED_BATCH"), with_one)
-    assert not refuses_allowances(Answer(400, b"not json", {}), with_one)
-    assert not refuses_allowances(Answer(400, b"[1]", {}), with_one)
+    assert not refuses_allowances(Answer(400, b"not json", []), with_one)
+    assert not refuses_allowances(Answer(400, b"[1]", []), with_one)

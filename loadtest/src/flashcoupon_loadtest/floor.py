@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from flashcoupon_common.http import Headers, Reply
 from starlette.types import Receive, Scope, Send
-
-Headers = list[tuple[bytes, bytes]]
-Reply = tuple[int, Headers, bytes]
 
 
 def json_headers(body: bytes) -> Headers:
@@ -45,14 +43,10 @@ class Floor(ABC):
             return
         path: str = scope["path"]
         if self._started and path.startswith(self._prefix) and path.endswith(self._suffix):
-            answer = await self.press(
-                path[len(self._prefix) : -len(self._suffix)], scope["headers"]
-            )
+            reply = await self.press(path[len(self._prefix) : -len(self._suffix)], scope["headers"])
         else:
-            answer = (200, json_headers(b'"ok"'), b'"ok"')  # /readyz: the server is up
-        status, headers, body = answer
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+            reply = Reply(200, json_headers(b'"ok"'), b'"ok"')  # /readyz: the server is up
+        await reply.send(send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

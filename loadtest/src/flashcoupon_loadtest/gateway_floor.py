@@ -19,14 +19,15 @@ flashcoupon_loadtest.floor's.
 from __future__ import annotations
 
 import orjson
+from flashcoupon_common.http import Headers, Reply
 from flashcoupon_common.issue_batch import Press
 from flashcoupon_gateway.auth import b64url_decode
 from flashcoupon_gateway.issue_batch import IssueBatcher
-from flashcoupon_gateway.routes import ISSUE_PATH
+from flashcoupon_gateway.routes import ISSUE_PATH, relay
 from flashcoupon_gateway.settings import GatewaySettings
-from flashcoupon_gateway.upstream import Answer, Forwarder
+from flashcoupon_gateway.upstream import Forwarder
 
-from flashcoupon_loadtest.floor import Floor, Headers, Reply
+from flashcoupon_loadtest.floor import Floor
 
 ISSUE_PREFIX, ISSUE_SUFFIX = ISSUE_PATH.split("{eventId}")
 
@@ -36,13 +37,6 @@ def subject(authorization: bytes) -> str:
     payload = authorization.partition(b" ")[2].split(b".")[1]
     sub: str = orjson.loads(b64url_decode(payload))["sub"]
     return sub
-
-
-def response_headers(answer: Answer) -> Headers:
-    """The relayed answer's headers, as the ASGI start message carries them."""
-    headers = [(k.encode(), v.encode("latin-1")) for k, v in answer.headers.items()]
-    headers.append((b"content-length", str(len(answer.body)).encode()))
-    return headers
 
 
 class GatewayFloor(Floor):
@@ -62,7 +56,7 @@ class GatewayFloor(Floor):
                 key = value.decode("latin-1")
         press = Press(event_id, user, key, None, None)  # no traceparent, no allowance
         answer = await self.batcher.issue(self.forwarder.issuers[0], press)
-        return answer.status, response_headers(answer), answer.body
+        return relay(answer, [])  # as the gateway relays it, without RateLimit-* headers
 
     async def start(self) -> None:
         settings = GatewaySettings.from_env()

@@ -25,21 +25,20 @@ import re
 import time
 
 from flashcoupon_common import tracing
-from flashcoupon_common.http import error_response
+from flashcoupon_common.http import Reply, error_response
 from flashcoupon_common.red_metrics import RouteMetrics
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from flashcoupon_gateway.routes import ISSUE_PATH, issue
+from flashcoupon_gateway.routes import ISSUE_PATH, issue_reply
 from flashcoupon_gateway.service import Gateway
 
 _ISSUE = re.compile(r"^/v1/events/([^/]+)/issue$")
 SPAN_NAME = f"POST {ISSUE_PATH}"
 
 
-def sold_out_now(scope: Scope, event_id: str) -> Response | None:
+def sold_out_now(scope: Scope, event_id: str) -> Reply | None:
     """The prebuilt 410 when this press is answered SOLD_OUT without awaiting; else None.
 
     Only a press without a body qualifies (one with a body is checked on the full path), and
@@ -76,30 +75,27 @@ class IssueFastPath:
         start = time.perf_counter()
         # With tracing on, every press runs in its span: the lane is skipped.
         sold_out = None if tracing.ENABLED else sold_out_now(scope, match.group(1))
-        if sold_out is not None:
-            try:
-                await sold_out(scope, receive, send)
-            finally:
-                self._metrics.record(sold_out.status_code, start)
-            return
-        scope["path_params"] = {"eventId": match.group(1)}
-        request = Request(scope, receive)
-        if tracing.ENABLED:
-            response = await self._traced(request, match.group(1))
+        if sold_out is None:
+            scope["path_params"] = {"eventId": match.group(1)}
+            request = Request(scope, receive)
+            if tracing.ENABLED:
+                reply = await self._traced(request, match.group(1))
+            else:
+                reply = await self._answer(request)
         else:
-            response = await self._answer(request)
+            reply = sold_out
         try:
-            await response(scope, receive, send)
+            await reply.send(send)
         finally:
-            self._metrics.record(response.status_code, start)
+            self._metrics.record(reply.status, start)
 
-    async def _answer(self, request: Request) -> Response:
+    async def _answer(self, request: Request) -> Reply:
         try:
-            return await issue(request)
+            return await issue_reply(request)
         except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
-            return await error_response(self._errors, request, exc)
+            return Reply.of_response(await error_response(self._errors, request, exc))
 
-    async def _traced(self, request: Request, event_id: str) -> Response:
+    async def _traced(self, request: Request, event_id: str) -> Reply:
         headers = request.headers
         with tracing.span(
             SPAN_NAME,
@@ -108,7 +104,7 @@ class IssueFastPath:
             kind=tracing.SERVER,
             attributes={"http.request.method": "POST", "http.route": ISSUE_PATH},
         ) as span:
-            response = await self._answer(request)
+            reply = await self._answer(request)
             span.set_attribute("flashcoupon.event_id", event_id[:64])
-            span.set_attribute("http.response.status_code", response.status_code)
-            return response
+            span.set_attribute("http.response.status_code", reply.status)
+            return reply

@@ -31,18 +31,20 @@ class Limit:
     per_second: float
     burst: int
     # The emission interval T in microseconds (at least 1), ":<T>:<burst>", the suffix of a
-    # key kept under this limit (ratelimit.Check), and the RateLimit-Policy header value:
-    # computed once, read on every press.
+    # key kept under this limit (ratelimit.Check), and the RateLimit-Limit and
+    # RateLimit-Policy header values (bytes, as sent): computed once, read on every press.
     interval_us: int = field(init=False, compare=False)
     signature: str = field(init=False, compare=False)
-    policy_header: str = field(init=False, compare=False)
+    burst_header: bytes = field(init=False, compare=False)
+    policy_header: bytes = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         interval = max(1, round(MICROS / self.per_second))
         object.__setattr__(self, "interval_us", interval)
         object.__setattr__(self, "signature", f":{interval}:{self.burst}")
+        object.__setattr__(self, "burst_header", b"%d" % self.burst)
         window = max(1, round(self.burst / self.per_second))
-        object.__setattr__(self, "policy_header", f"{self.burst};w={window}")
+        object.__setattr__(self, "policy_header", b"%d;w=%d" % (self.burst, window))
 
 
 @functools.lru_cache(maxsize=1024)

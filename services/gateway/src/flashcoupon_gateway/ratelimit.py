@@ -95,18 +95,28 @@ def event_shard_limit(max_per_second: float, shards: int) -> gcra.Limit:
     return gcra.limit(per_shard, max(1, math.ceil(max_per_second / 10 / shards)))
 
 
-def rate_headers(outcomes: Sequence[Outcome]) -> dict[str, str]:
-    """RateLimit-* headers (IETF draft) for the most constraining of the outcomes."""
+RATE_HEADER_NAMES = (
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "RateLimit-Policy",
+)
+_LIMIT, _REMAINING, _RESET, _POLICY = (n.lower().encode() for n in RATE_HEADER_NAMES)
+
+
+def rate_headers(outcomes: Sequence[Outcome]) -> list[tuple[bytes, bytes]]:
+    """RateLimit-* headers (IETF draft) for the most constraining of the outcomes, as an ASGI
+    message carries them: the issue route sends them without a Response object."""
     if not outcomes:
-        return {}
+        return []
     tight = outcomes[0] if len(outcomes) == 1 else min(outcomes, key=_tightness)
     limit = tight.check.limit
-    return {
-        "RateLimit-Limit": str(limit.burst),
-        "RateLimit-Remaining": str(tight.remaining),
-        "RateLimit-Reset": str(-(-tight.reset_us // gcra.MICROS)),  # whole seconds, rounded up
-        "RateLimit-Policy": limit.policy_header,
-    }
+    return [
+        (_LIMIT, limit.burst_header),
+        (_REMAINING, b"%d" % tight.remaining),
+        (_RESET, b"%d" % -(-tight.reset_us // gcra.MICROS)),  # whole seconds, rounded up
+        (_POLICY, limit.policy_header),
+    ]
 
 
 def _tightness(outcome: Outcome) -> tuple[bool, int]:
@@ -115,7 +125,8 @@ def _tightness(outcome: Outcome) -> tuple[bool, int]:
 
 def rate_limited(outcome: Outcome) -> ProblemError:
     retry = gcra.retry_after_seconds(outcome.retry_after_us)
-    headers = rate_headers([outcome])
+    raw = rate_headers([outcome])
+    headers = {name: v.decode() for name, (_, v) in zip(RATE_HEADER_NAMES, raw, strict=True)}
     headers["Retry-After"] = str(retry)
     return ProblemError(
         429,

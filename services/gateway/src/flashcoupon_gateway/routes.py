@@ -7,7 +7,14 @@ from collections.abc import AsyncIterator
 
 import orjson
 from flashcoupon_common import validation
-from flashcoupon_common.http import JSONResponse, ProblemError, RawResponse, json_body, problem
+from flashcoupon_common.http import (
+    Headers,
+    JSONResponse,
+    ProblemError,
+    Reply,
+    json_body,
+    problem,
+)
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -39,10 +46,9 @@ def gw(request: Request) -> Gateway:
     return request.scope["state"]["gateway"]  # type: ignore[no-any-return]
 
 
-def relay(answer: Answer, extra: dict[str, str] | None = None) -> Response:
-    return RawResponse(
-        answer.body, answer.status, {**answer.headers, **extra} if extra else answer.headers
-    )
+def relay(answer: Answer, extra: Headers) -> Reply:
+    """The upstream's answer as the shopper gets it, with `extra` headers (RateLimit-*)."""
+    return Reply.of(answer.status, [*answer.headers, *extra], answer.body)
 
 
 async def optional_json_body(request: Request, max_bytes: int) -> None:
@@ -54,7 +60,8 @@ async def optional_json_body(request: Request, max_bytes: int) -> None:
     await json_body(request, max_bytes=max_bytes)
 
 
-async def issue(request: Request) -> Response:
+async def issue_reply(request: Request) -> Reply:
+    """The answer to a press: the issue route's, sent as it is by fastpath.IssueFastPath."""
     g = gw(request)
     principal = await g.principal(request)
     event_id = checked_event_id(request.path_params["eventId"])
@@ -63,9 +70,14 @@ async def issue(request: Request) -> Response:
     result = await g.press(event_id, principal.user_id, g.client_ip(request), headers)
     limits = rate_headers(result.limits)
     if isinstance(result, Queued):
-        location = result.body["statusUrl"]
-        return JSONResponse(result.body, 202, headers={**limits, "Location": location})
+        location = result.body["statusUrl"].encode("latin-1")
+        limits += [(b"location", location), (b"content-type", b"application/json")]
+        return Reply.of(202, limits, orjson.dumps(result.body))
     return relay(result.answer, limits)
+
+
+async def issue(request: Request) -> Response:
+    return (await issue_reply(request)).response()
 
 
 async def event_state(request: Request) -> Response:
@@ -75,7 +87,7 @@ async def event_state(request: Request) -> Response:
     # Public state may be approximate: one upstream read per event every half second at most.
     hit = g.event_cache.get(event_id)
     if hit is not None and time.monotonic() - hit[0] < 0.5:
-        return relay(hit[1], rate_headers(outcomes))
+        return relay(hit[1], rate_headers(outcomes)).response()
     async with g.slot():
         up = g.upstream.pick_issuer()
         answer = await g.upstream.call(up, "GET", f"/v1/events/{event_id}", {})
@@ -83,7 +95,7 @@ async def event_state(request: Request) -> Response:
         if len(g.event_cache) > 10_000:
             g.event_cache.clear()
         g.event_cache[event_id] = (time.monotonic(), answer)
-    return relay(answer, rate_headers(outcomes))
+    return relay(answer, rate_headers(outcomes)).response()
 
 
 async def my_coupons(request: Request) -> Response:
@@ -96,7 +108,7 @@ async def my_coupons(request: Request) -> Response:
     async with g.slot():
         up = g.upstream.acquire_wallet()
         answer = await g.upstream.call(up, "GET", f"/v1/me/coupons?limit={limit}", headers)
-    return relay(answer, rate_headers(outcomes))
+    return relay(answer, rate_headers(outcomes)).response()
 
 
 async def redeem(request: Request) -> Response:
@@ -115,7 +127,7 @@ async def redeem(request: Request) -> Response:
         answer = await g.upstream.call(
             up, "POST", f"/v1/coupons/{code}/redeem", headers, orjson.dumps(body)
         )
-    return relay(answer, rate_headers(outcomes))
+    return relay(answer, rate_headers(outcomes)).response()
 
 
 async def queue_status(request: Request) -> Response:

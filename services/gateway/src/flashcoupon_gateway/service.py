@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from flashcoupon_common import http1, tracing, validation
 from flashcoupon_common.event_spec import AdmissionSpec
 from flashcoupon_common.holders import Holders
-from flashcoupon_common.http import ProblemError, problem
+from flashcoupon_common.http import ProblemError, Reply, problem
 from flashcoupon_common.issue_batch import ALLOWANCE_LIMIT_HEADER, Press
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
@@ -191,7 +191,7 @@ class Gateway:
     unsettled: Unsettled = field(default_factory=Unsettled)
     # event -> (fetched at, answer) of GET /v1/events/{id}: public state may be approximate.
     event_cache: dict[str, tuple[float, Answer]] = field(default_factory=dict)
-    _sold_out_answers: dict[str, Response] = field(default_factory=dict)
+    _sold_out_answers: dict[str, Reply] = field(default_factory=dict)
     # Until then (time.monotonic()), presses carry no allowance: an issuer did not decide one.
     allowances_refused_until: float = 0.0
 
@@ -235,7 +235,7 @@ class Gateway:
             return Forwarded(await self.issue(event_id, headers), outcomes)
         if answer.allowance is not None:
             outcomes.append(self.limiter.allowance_outcome(carried, answer.allowance, asked_at))
-        elif answer.status in (201, 409) and "idempotent-replayed" not in answer.headers:
+        elif answer.status in (201, 409) and answer.header(b"idempotent-replayed") is None:
             # The script decided this press (a new coupon or DUPLICATE) yet said nothing of
             # the allowance: an issuer that ignores it (a lone press to an older issuer). This
             # press went unlimited; the next ones are limited here.
@@ -338,15 +338,15 @@ class Gateway:
             and (event_id, principal.user_id) not in self.unsettled
         )
 
-    def sold_out_answer(self, event_id: str) -> Response:
-        """The 410 for a sold-out event, rendered once (a Response holds no per-request state
-        and can be sent again; the crowd after a sell-out all get this one)."""
+    def sold_out_answer(self, event_id: str) -> Reply:
+        """The 410 for a sold-out event, rendered once (a Reply holds no per-request state and
+        can be sent again; the crowd after a sell-out all get this one)."""
         answer = self._sold_out_answers.get(event_id)
         if answer is None:
             if len(self._sold_out_answers) >= 256:
                 self._sold_out_answers.clear()
             exc = sold_out(event_id)
-            answer = problem(exc.status, exc.code, exc.detail)
+            answer = Reply.of_response(problem(exc.status, exc.code, exc.detail))
             self._sold_out_answers[event_id] = answer
         return answer
 

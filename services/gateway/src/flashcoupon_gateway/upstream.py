@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from flashcoupon_common.http import ProblemError
+from flashcoupon_common.http import Headers, ProblemError
 from flashcoupon_common.http1 import ProtocolError, UnsafeRequestError
 from flashcoupon_common.issue_batch import ALLOWANCE_HEADER, parse_allowance
 
@@ -51,10 +51,19 @@ _ALLOWANCE = ALLOWANCE_HEADER.lower().encode()
 class Answer(NamedTuple):  # one per forwarded press: cheaper to make than a frozen dataclass
     status: int
     body: bytes
-    headers: dict[str, str]
+    # The headers worth passing to the shopper, as the upstream sent them (names lower-case):
+    # relayed as they are, never decoded and encoded again.
+    headers: Headers
     # What the issuer's allowance said (left, reset µs, retry-after µs), when it decided one:
     # read here, never relayed (flashcoupon_common.issue_batch).
     allowance: tuple[int, int, int] | None = None
+
+    def header(self, name: bytes) -> str | None:
+        """The passed header `name` (lower case), or None."""
+        for k, v in self.headers:
+            if k == name:
+                return v.decode("latin-1")
+        return None
 
 
 def answer_of(
@@ -67,14 +76,17 @@ def answer_of(
 ) -> Answer:
     """An upstream's answer as relayed to the shopper: the headers worth passing, and a 502
     BAD_UPSTREAM problem in place of an error answer that is not our application's JSON."""
-    passed: dict[str, str] = {}
+    passed: Headers = []
     allowance = None
+    content_type = b""
     for k, v in raw_headers:
         if k in _PASS_HEADERS:
-            passed[k.decode()] = v.decode("latin-1")
+            passed.append((k, v))
+            if k == b"content-type":
+                content_type = v
         elif k == _ALLOWANCE:
             allowance = parse_allowance(v.decode("latin-1"))
-    if status >= 400 and not passed.get("content-type", "").encode().startswith(_JSON_TYPES):
+    if status >= 400 and not content_type.startswith(_JSON_TYPES):
         # Not one of our application's answers: the upstream's HTTP server refused the
         # request itself (plain text). Relaying it would break the problem+json contract.
         logger.warning(
