@@ -67,7 +67,8 @@ def _const(node: ast.expr, names: dict[str, object]) -> object:
 
 
 def emitted_problems() -> set[tuple[int, str]]:
-    """(status, code) of every `ProblemError(s, "CODE", …)` / `problem(s, "CODE", …)` call (and
+    """(status, code) of every `ProblemError(s, "CODE", …)` / `problem(s, "CODE", …)` call (the
+    issuer's `_problem`, a problem as a Reply, too; and
     the HTTP server's `_reject(s, "CODE", …)`, answered before any app runs), and
     every exception class with `status = s` and `code = "CODE"` in the emitting modules."""
     found: set[tuple[int, str]] = set()
@@ -86,7 +87,8 @@ def emitted_problems() -> set[tuple[int, str]]:
                 func = node.func
                 name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
                 status, code = _const(node.args[0], names), _const(node.args[1], names)
-                if name in ("ProblemError", "problem", "_reject") and isinstance(status, int):
+                emits = name in ("ProblemError", "problem", "_problem", "_reject")
+                if emits and isinstance(status, int):
                     assert isinstance(code, str), f"{path.name}:{node.lineno}: code not a literal"
                     found.add((status, code))
             elif isinstance(node, ast.ClassDef):

@@ -27,9 +27,9 @@ def test_malformed_event_ids_are_400_everywhere(value: str) -> None:
     assert not validation.EVENT_ID.ok(value)
     assert refused(validation.event_id, value) == (400, "INVALID_EVENT_ID")
     assert refused(gateway.checked_event_id, value) == (400, "INVALID_EVENT_ID")
-    response = issuer._check(value, "alice", None)
-    assert response is not None and response.status_code == 400
-    assert b'"INVALID_EVENT_ID"' in response.body
+    reply = issuer._check(value, "alice", None)
+    assert reply is not None and reply.status == 400
+    assert b'"INVALID_EVENT_ID"' in reply.body
     with pytest.raises(ProvisionError):
         validate_event_id(value)
 
@@ -43,8 +43,8 @@ def test_well_formed_event_ids_pass(value: str) -> None:
 @pytest.mark.parametrize("value", ["k1\n", "a b", "a,b", "a;b", "", "k" * 65, "ключ"])
 def test_malformed_idempotency_keys_have_one_code(value: str) -> None:
     assert refused(validation.idempotency_key, value) == (400, "INVALID_IDEMPOTENCY_KEY")
-    response = issuer._check("qa-e", "alice", value)
-    assert response is not None and b'"INVALID_IDEMPOTENCY_KEY"' in response.body
+    reply = issuer._check("qa-e", "alice", value)
+    assert reply is not None and b'"INVALID_IDEMPOTENCY_KEY"' in reply.body
 
 
 def test_idempotency_key_absent_or_well_formed() -> None:

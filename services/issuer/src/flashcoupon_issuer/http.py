@@ -18,12 +18,14 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from flashcoupon_common import event_state, issue_batch, tracing, validation
 from flashcoupon_common.aio import in_order
 from flashcoupon_common.http import (
     PROBLEM_JSON,
     JSONResponse,
     ProblemError,
+    Reply,
     error_response,
     problem,
     user_from_header,
@@ -102,15 +104,23 @@ def coupon_json(event_id: str, user_id: str, c: Coupon) -> dict[str, Any]:
     }
 
 
-def outcome_response(event_id: str, user_id: str, o: Outcome) -> Response:
+_COUPON_HEADERS = [(b"content-type", b"application/json")]
+_REPLAYED_HEADERS = [(b"idempotent-replayed", b"true"), *_COUPON_HEADERS]
+
+
+def _problem(status: int, code: str, detail: str, **kwargs: Any) -> Reply:
+    return Reply.of_response(problem(status, code, detail, **kwargs))
+
+
+def outcome_reply(event_id: str, user_id: str, o: Outcome) -> Reply:
     if o.status == "ISSUED":
-        headers = {"Idempotent-Replayed": "true"} if o.replay else None
-        return JSONResponse(coupon_json(event_id, user_id, o.coupons[0]), 201, headers=headers)
+        body = orjson.dumps(coupon_json(event_id, user_id, o.coupons[0]))
+        return Reply.of(201, _REPLAYED_HEADERS if o.replay else _COUPON_HEADERS, body)
     if o.status == "SOLD_OUT":
-        return problem(410, "SOLD_OUT", f"event {event_id} is sold out")
+        return _problem(410, "SOLD_OUT", f"event {event_id} is sold out")
     if o.status == "DUPLICATE":
         held = [coupon_json(event_id, user_id, c) for c in o.coupons]
-        return problem(
+        return _problem(
             409,
             "DUPLICATE",
             f"user already holds {len(held)} coupon(s) of event {event_id}, the limit",
@@ -118,21 +128,21 @@ def outcome_response(event_id: str, user_id: str, o: Outcome) -> Response:
             coupons=held,
         )
     if o.status == "NOT_STARTED":
-        return problem(
+        return _problem(
             409, "NOT_STARTED", f"event {event_id} has not started", startAt=iso(o.at_ms or 0)
         )
     if o.status == "ENDED":
-        return problem(409, "ENDED", f"event {event_id} has ended", endAt=iso(o.at_ms or 0))
+        return _problem(409, "ENDED", f"event {event_id} has ended", endAt=iso(o.at_ms or 0))
     if o.status == "PAUSED":
-        return problem(423, "PAUSED", f"event {event_id} is paused", headers={"Retry-After": "5"})
+        return _problem(423, "PAUSED", f"event {event_id} is paused", headers={"Retry-After": "5"})
     if o.status == "NOT_FOUND":
-        return problem(404, "EVENT_NOT_FOUND", f"no event {event_id}")
+        return _problem(404, "EVENT_NOT_FOUND", f"no event {event_id}")
     if o.status == "LIMITED":
         # The gateway answers its own 429 from the allowance header (with RateLimit-*); this
         # body is what a direct caller that asked for an allowance sees.
         retry_us = o.allowance.retry_after_us if o.allowance else 0
         retry = max(1, math.ceil(retry_us / 1_000_000))
-        return problem(
+        return _problem(
             429,
             "RATE_LIMITED",
             f"too many requests (user limit); retry after {retry}s",
@@ -141,7 +151,7 @@ def outcome_response(event_id: str, user_id: str, o: Outcome) -> Response:
             retryAfterMs=math.ceil(retry_us / 1000),
         )
     if o.status == "NOT_DURABLE":
-        return problem(
+        return _problem(
             503,
             "NOT_DURABLE",
             "the coupon was taken but no replica confirmed it in time; retry with the same "
@@ -171,7 +181,7 @@ class IssueEdge:
         self._errors = app.exception_handlers
         self._metrics = RouteMetrics("issuer", ISSUE_ROUTE, "POST")
         self._batch_metrics = RouteMetrics("issuer", issue_batch.BATCH_PATH, "POST")
-        self._sold_out: dict[str, Response] = {}
+        self._sold_out: dict[str, Reply] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
@@ -196,45 +206,48 @@ class IssueEdge:
 
     async def _serve(
         self,
-        answer: Awaitable[Response],
+        answer: Awaitable[Reply],
         scope: Scope,
         receive: Receive,
         send: Send,
         metrics: RouteMetrics,
     ) -> None:
-        """Send `answer`'s response, or the app's for its exception; record the RED metrics."""
+        """Send `answer`, or the app's answer to its exception; record the RED metrics."""
         start = time.perf_counter()
         try:
-            response = await answer
+            reply = await answer
         except Exception as exc:  # noqa: BLE001 - answered as the app's exception table says
             response = await error_response(self._errors, Request(scope, receive), exc)
+            reply = Reply.of_response(response)
         try:
-            await response(scope, receive, send)
+            await reply.send(send)
         finally:
-            metrics.record(response.status_code, start)
+            metrics.record(reply.status, start)
 
-    async def _batch_answer(self, scope: Scope, receive: Receive) -> Response:
+    async def _batch_answer(self, scope: Scope, receive: Receive) -> Reply:
         raw = await _body(receive, issue_batch.MAX_BYTES)
         try:
             presses = issue_batch.decode_presses(raw)
         except issue_batch.BatchError as exc:
-            return problem(400, "MALFORMED_BATCH", str(exc))
+            return _problem(400, "MALFORMED_BATCH", str(exc))
         if not self.decide_allowance and any(p.allowance for p in presses):
-            return problem(400, "MALFORMED_BATCH", NO_ALLOWANCE)
+            return _problem(400, "MALFORMED_BATCH", NO_ALLOWANCE)
         budget = None
         for name, value in scope["headers"]:
             if name == DEADLINE_HEADER:
                 budget = deadline_budget(value)
         service: IssueService = scope["state"]["service"]
         start = time.perf_counter()
+        answers: list[issue_batch.Answer]
         if tracing.ENABLED:  # each press in its own spans, as a lone press
-            responses = await in_order([self.press(service, *p[:4], budget, p[4]) for p in presses])
-            answers = [(r.status_code, r.raw_headers, bytes(r.body)) for r in responses]
+            answers = [
+                *await in_order([self.press(service, *p[:4], budget, p[4]) for p in presses])
+            ]
         else:
             answers = await self._batch_answers(service, presses, budget)
         for status, _, _ in answers:
             self._metrics.record(status, start)
-        return Response(issue_batch.encode_answers(answers), 200, media_type="application/json")
+        return Reply.of(200, _COUPON_HEADERS, issue_batch.encode_answers(answers))
 
     async def _batch_answers(
         self, service: IssueService, presses: list[issue_batch.Press], budget: int | None
@@ -245,8 +258,8 @@ class IssueEdge:
         valid: list[PressArgs] = []
         for p in presses:
             prepared = _prepared(*p)
-            if isinstance(prepared, Response):
-                answers.append(_answer(prepared, None))
+            if isinstance(prepared, Reply):
+                answers.append(prepared)
             else:
                 answers.append(None)
                 valid.append(prepared)
@@ -256,12 +269,12 @@ class IssueEdge:
                 outcome = next(outcomes)
                 if isinstance(outcome, IssuerUnavailable):
                     logger.warning("issue for %s unavailable: %s", event_id, outcome)
-                    answers[i] = _answer(self._respond(event_id, user, None), None)
+                    answers[i] = self._respond(event_id, user, None)
                 else:
-                    answers[i] = _answer(self._respond(event_id, user, outcome), outcome)
+                    answers[i] = _with_allowance(self._respond(event_id, user, outcome), outcome)
         return [a for a in answers if a is not None]  # each press has its answer by now
 
-    async def _issue(self, scope: Scope, event_id: str) -> Response:
+    async def _issue(self, scope: Scope, event_id: str) -> Reply:
         user = key = tp = None
         budget: int | None = None
         allowance: AllowanceLimit = None
@@ -273,7 +286,7 @@ class IssueEdge:
             elif name == _ALLOWANCE_LIMIT and self.decide_allowance:
                 allowance = issue_batch.allowance_limit(value.decode("latin-1"))
                 if allowance is None:
-                    return problem(
+                    return _problem(
                         400,
                         "MALFORMED_ALLOWANCE",
                         f"{issue_batch.ALLOWANCE_LIMIT_HEADER} must be '<intervalUs> <burst>', "
@@ -286,7 +299,7 @@ class IssueEdge:
             elif name == DEADLINE_HEADER:
                 budget = deadline_budget(value)
         if raw_user and user is None:
-            return problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
+            return _problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
         service = scope["state"]["service"]
         return await self.press(service, event_id, user, key, tp, budget, allowance)
 
@@ -299,19 +312,17 @@ class IssueEdge:
         tp: str | None,
         budget: int | None,
         allowance: AllowanceLimit = None,
-    ) -> Response:
+    ) -> Reply:
         """One shopper's press, sent alone or in a batch with tracing on."""
         prepared = _prepared(event_id, user, key, tp, allowance)
-        if isinstance(prepared, Response):
+        if isinstance(prepared, Reply):
             return prepared
         if tracing.ENABLED:
             return await self._traced(service, prepared, budget)
         outcome = await _outcome(service, prepared, budget)
         return _with_allowance(self._respond(prepared[0], prepared[1], outcome), outcome)
 
-    async def _traced(
-        self, service: IssueService, press: PressArgs, budget: int | None
-    ) -> Response:
+    async def _traced(self, service: IssueService, press: PressArgs, budget: int | None) -> Reply:
         """The issue inside a server span (a child of the gateway's) with one child span
         around the script call; the outbox entry records the server span as its parent."""
         event_id, user, rid, tp, keyed, allowance = press
@@ -324,14 +335,14 @@ class IssueEdge:
                 outcome = await _outcome(service, traced, budget)
                 status = outcome.status if outcome is not None else "UNAVAILABLE"
                 script.set_attribute("flashcoupon.outcome", status)
-            response = _with_allowance(self._respond(event_id, user, outcome), outcome)
-            server.set_attribute("http.response.status_code", response.status_code)
+            reply = _with_allowance(self._respond(event_id, user, outcome), outcome)
+            server.set_attribute("http.response.status_code", reply.status)
             logger.debug("issue %s: %s", event_id, status)
-            return response
+            return reply
 
-    def _respond(self, event_id: str, user: str, outcome: Outcome | None) -> Response:
+    def _respond(self, event_id: str, user: str, outcome: Outcome | None) -> Reply:
         if outcome is None:
-            return problem(
+            return _problem(
                 503,
                 "SERVICE_UNAVAILABLE",
                 "coupon store unreachable; retry: if a coupon was issued to you, the retry "
@@ -340,19 +351,19 @@ class IssueEdge:
             )
         if outcome.status == "SOLD_OUT":
             # The common answer after the first seconds: the same for everyone, rendered once
-            # (a Response holds no per-request state and can be sent again).
+            # (a Reply holds no per-request state and can be sent again).
             sold_out = self._sold_out.get(event_id)
             if sold_out is None:
                 if len(self._sold_out) >= 256:  # only sold-out events, but bounded over time
                     self._sold_out.clear()
-                sold_out = self._sold_out[event_id] = outcome_response(event_id, user, outcome)
+                sold_out = self._sold_out[event_id] = outcome_reply(event_id, user, outcome)
             return sold_out
-        return outcome_response(event_id, user, outcome)
+        return outcome_reply(event_id, user, outcome)
 
 
 def _prepared(
     event_id: str, user: str | None, key: str | None, tp: str | None, allowance: AllowanceLimit
-) -> Response | PressArgs:
+) -> Reply | PressArgs:
     """A 400 for malformed input, or the press as IssueService takes it: a request id made
     for a press without a key, a malformed trace context dropped (not an error: W3C)."""
     refused = _check(event_id, user, key)
@@ -384,22 +395,13 @@ def _allowance_header(outcome: Outcome | None) -> tuple[bytes, bytes] | None:
     return _ALLOWANCE, value.encode("latin-1")
 
 
-def _answer(response: Response, outcome: Outcome | None) -> issue_batch.Answer:
-    """A batched press's answer: the lone response's, with the allowance header if any."""
-    header = _allowance_header(outcome)
-    headers = response.raw_headers if header is None else [*response.raw_headers, header]
-    return response.status_code, headers, bytes(response.body)
-
-
-def _with_allowance(response: Response, outcome: Outcome | None) -> Response:
-    """A lone press's response with the allowance header, if any (a copy: the sold-out
-    answer is shared)."""
+def _with_allowance(reply: Reply, outcome: Outcome | None) -> Reply:
+    """A press's answer with the allowance header, if any (a copy: the sold-out answer is
+    shared)."""
     header = _allowance_header(outcome)
     if header is None:
-        return response
-    copy = Response(bytes(response.body), response.status_code)
-    copy.raw_headers = [*response.raw_headers, header]
-    return copy
+        return reply
+    return Reply(reply.status, [*reply.headers, header], reply.body)
 
 
 async def _body(receive: Receive, max_bytes: int) -> bytes:
@@ -419,17 +421,17 @@ async def _body(receive: Receive, max_bytes: int) -> bytes:
             return b"".join(chunks)
 
 
-def _check(event_id: str, user: str | None, key: str | None) -> Response | None:
+def _check(event_id: str, user: str | None, key: str | None) -> Reply | None:
     """A 400 problem for malformed input, or None."""
     try:
         validation.event_id(event_id)
         validation.idempotency_key(key)
     except ProblemError as exc:
-        return problem(exc.status, exc.code, exc.detail)
+        return _problem(exc.status, exc.code, exc.detail)
     if not user:
-        return problem(400, "MISSING_USER", "header X-Flashcoupon-User is required")
+        return _problem(400, "MISSING_USER", "header X-Flashcoupon-User is required")
     if len(user) > MAX_USER_LEN or not user.isprintable():
-        return problem(
+        return _problem(
             400, "INVALID_USER", f"X-Flashcoupon-User must be printable, max {MAX_USER_LEN} chars"
         )
     return None
