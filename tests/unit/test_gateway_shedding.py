@@ -22,15 +22,14 @@ def request(headers: dict[str, str], peer: str = "10.0.0.9") -> Request:
     return Request({"type": "http", "headers": raw, "client": (peer, 5555), "method": "POST"})
 
 
-async def test_in_flight_bound_answers_503_at_once() -> None:
+def test_in_flight_bound_answers_503_at_once() -> None:
     g = Gateway(replace(SETTINGS, max_in_flight=2), None, None, None, None, None, None)  # type: ignore[arg-type]
-    async with g.slot(), g.slot():
-        with pytest.raises(ProblemError) as err:
-            async with g.slot():
-                pass
+    with g.slot(), g.slot():
+        with pytest.raises(ProblemError) as err, g.slot():
+            pass
         assert err.value.status == 503 and err.value.headers["Retry-After"] == "1"
     assert g.in_flight == 0
-    async with g.slot():
+    with g.slot():
         assert g.in_flight == 1
 
 

@@ -51,8 +51,9 @@ class IssueBatcher:
         self._pending: dict[Upstream, list[_Waiting]] = {}
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def issue(self, up: Upstream, press: Press) -> Answer:
-        """The issuer's answer to `press`, sent with whatever else goes to `up` this turn."""
+    def issue(self, up: Upstream, press: Press) -> asyncio.Future[Answer]:
+        """The issuer's answer to `press`, sent with whatever else goes to `up` this turn: a
+        future to await (not a coroutine: one frame less for each press to resume through)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
         waiting = self._pending.get(up)
@@ -62,7 +63,7 @@ class IssueBatcher:
         waiting.append((press, future))
         if len(waiting) >= self.max_batch:
             self._flush(up)  # full: send now; later presses this turn start a new batch
-        return await future
+        return future
 
     def _flush(self, up: Upstream) -> None:
         waiting = self._pending.pop(up, None)

@@ -51,13 +51,12 @@ def relay(answer: Answer, extra: Headers) -> Reply:
     return Reply.of(answer.status, [*answer.headers, *extra], answer.body)
 
 
-async def optional_json_body(request: Request, max_bytes: int) -> None:
-    """Issue takes no body; one that is sent must still be small, well-formed JSON."""
-    if header_value(request, b"content-length") in (None, "0") and (
-        header_value(request, b"transfer-encoding") is None
-    ):
-        return
-    await json_body(request, max_bytes=max_bytes)
+def carries_body(request: Request) -> bool:
+    """Whether a request comes with a body. Issue takes none; one that is sent must still be
+    small, well-formed JSON (json_body)."""
+    return header_value(request, b"content-length") not in (None, "0") or (
+        header_value(request, b"transfer-encoding") is not None
+    )
 
 
 async def issue_reply(request: Request) -> Reply:
@@ -65,7 +64,8 @@ async def issue_reply(request: Request) -> Reply:
     g = gw(request)
     principal = await g.principal(request)
     event_id = checked_event_id(request.path_params["eventId"])
-    await optional_json_body(request, g.settings.max_body_bytes)
+    if carries_body(request):
+        await json_body(request, max_bytes=g.settings.max_body_bytes)
     headers = upstream_headers(request, principal.user_id)
     result = await g.press(event_id, principal.user_id, g.client_ip(request), headers)
     limits = rate_headers(result.limits)
@@ -88,7 +88,7 @@ async def event_state(request: Request) -> Response:
     hit = g.event_cache.get(event_id)
     if hit is not None and time.monotonic() - hit[0] < 0.5:
         return relay(hit[1], rate_headers(outcomes)).response()
-    async with g.slot():
+    with g.slot():
         up = g.upstream.pick_issuer()
         answer = await g.upstream.call(up, "GET", f"/v1/events/{event_id}", {})
     if answer.status < 500:
@@ -105,7 +105,7 @@ async def my_coupons(request: Request) -> Response:
     checks = g.client_checks(g.client_ip(request), g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = upstream_headers(request, principal.user_id)
-    async with g.slot():
+    with g.slot():
         up = g.upstream.acquire_wallet()
         answer = await g.upstream.call(up, "GET", f"/v1/me/coupons?limit={limit}", headers)
     return relay(answer, rate_headers(outcomes)).response()
@@ -122,7 +122,7 @@ async def redeem(request: Request) -> Response:
     checks = g.client_checks(g.client_ip(request), g.api_user_check(principal.user_id))
     outcomes = await g.limiter.check_all([checks])
     headers = {**upstream_headers(request, principal.user_id), "Content-Type": "application/json"}
-    async with g.slot():
+    with g.slot():
         up = g.upstream.acquire_wallet()
         answer = await g.upstream.call(
             up, "POST", f"/v1/coupons/{code}/redeem", headers, orjson.dumps(body)

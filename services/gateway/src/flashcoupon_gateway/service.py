@@ -140,19 +140,20 @@ def carries_allowance(info: EventInfo) -> bool:
 
 
 class _Slot:
-    """`async with gateway.slot():` (a plain class: cheaper than @asynccontextmanager)."""
+    """`with gateway.slot():` (a plain class, and not an async one: taking and giving back a
+    slot awaits nothing, and each await of a press costs its coroutine)."""
 
     __slots__ = ("g",)
 
     def __init__(self, g: Gateway) -> None:
         self.g = g
 
-    async def __aenter__(self) -> None:
+    def __enter__(self) -> None:
         if self.g.in_flight >= self.g.settings.max_in_flight:
             raise unavailable("the gateway is overloaded; retry shortly", 1, "in_flight")
         self.g.in_flight += 1
 
-    async def __aexit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.g.in_flight -= 1
 
 
@@ -219,7 +220,8 @@ class Gateway:
         """The whole issue flow for an authenticated press: sold-out at the edge, rate limits,
         admission or a waiting-room ticket, then the issuer's answer."""
         info = await self.specs.get(event_id)
-        await self.check_sold_out(event_id, headers)
+        if self.sold_out.is_sold_out(event_id):
+            await self.check_sold_out(event_id, headers)
         outcomes, queued, carried = await self.admit_issue(ip, event_id, user, info)
         if queued is not None:
             return Queued(self.queued_body(event_id, user, queued, info), outcomes)
@@ -360,7 +362,7 @@ class Gateway:
         if limit is not None and self.allowances_refused():
             raise AllowanceRefused("refused lately")  # learned while this press was admitted
         try:
-            async with self.slot():
+            with self.slot():
                 up = self.upstream.pick_issuer(affinity=user)
                 if self.batcher is not None:
                     press = Press(
