@@ -39,6 +39,8 @@ def test_client_ip_trusts_only_the_configured_hops() -> None:
     assert client_ip(r, 1) == "10.0.0.1"
     assert client_ip(r, 2) == "1.2.3.4"
     assert client_ip(request({}), 1) == "10.0.0.9"
+    unix = Request({"type": "http", "headers": [], "method": "POST"})  # a server without a peer
+    assert client_ip(unix, 0) == client_ip(unix, 1) == "unknown"
 
 
 def test_upstream_headers_replace_any_client_user_header() -> None:

@@ -91,7 +91,8 @@ def header_value(request: Request, name: bytes) -> str | None:
 
 def client_ip(request: Request, trusted_proxies: int) -> str:
     """The client's address: the peer, or the entry `trusted_proxies` hops from the right."""
-    peer = request.client.host if request.client else "unknown"
+    client = request.scope.get("client")  # (host, port): `request.client` makes an Address
+    peer = client[0] if client else "unknown"
     if trusted_proxies <= 0:
         return peer
     forwarded = header_value(request, b"x-forwarded-for") or ""
