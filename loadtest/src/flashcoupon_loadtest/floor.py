@@ -11,12 +11,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from flashcoupon_common.http import Headers, Reply
+from flashcoupon_common.http import JSON_HEADERS, Headers, Reply
 from starlette.types import Receive, Scope, Send
-
-
-def json_headers(body: bytes) -> Headers:
-    return [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
 
 
 class Floor(ABC):
@@ -45,7 +41,7 @@ class Floor(ABC):
         if self._started and path.startswith(self._prefix) and path.endswith(self._suffix):
             reply = await self.press(path[len(self._prefix) : -len(self._suffix)], scope["headers"])
         else:
-            reply = Reply(200, json_headers(b'"ok"'), b'"ok"')  # /readyz: the server is up
+            reply = Reply.of(200, JSON_HEADERS, b'"ok"')  # /readyz: the server is up
         await reply.send(send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:

@@ -17,14 +17,14 @@ from typing import Any
 
 import orjson
 from flashcoupon_common import keys
-from flashcoupon_common.http import Headers, Reply
+from flashcoupon_common.http import JSON_HEADERS, Headers, Reply
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_issuer.http import ISSUE_PREFIX, ISSUE_SUFFIX
 from flashcoupon_issuer.settings import IssuerSettings
 
-from flashcoupon_loadtest.floor import Floor, json_headers
+from flashcoupon_loadtest.floor import Floor
 from flashcoupon_loadtest.localrun import stack_env
 
 
@@ -62,7 +62,7 @@ class IssuerFloor(Floor):
         press = (user, key, "", "", "")  # no traceparent, no allowance
         reply = await self.batcher.submit(ISSUE, keys.issue_keys(event_id), press)
         status, body = answer(event_id, user, reply)
-        return Reply(status, json_headers(body), body)
+        return Reply.of(status, JSON_HEADERS, body)
 
     async def start(self) -> None:
         settings = IssuerSettings.from_env(stack_env())  # the issuer's batching, too

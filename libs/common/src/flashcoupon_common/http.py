@@ -56,6 +56,7 @@ _NO_BODY = frozenset({204, 304})  # and 1xx: statuses Starlette sends without Co
 
 
 Headers = list[tuple[bytes, bytes]]  # as ASGI messages carry them: lower-case names, Latin-1
+JSON_HEADERS: Headers = [(b"content-type", b"application/json")]  # shared: never appended to
 
 
 class Reply(NamedTuple):

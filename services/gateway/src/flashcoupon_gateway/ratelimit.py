@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from flashcoupon_common.aio import in_order
-from flashcoupon_common.http import ProblemError
+from flashcoupon_common.http import Headers, ProblemError
 
 from flashcoupon_gateway import gcra
 from flashcoupon_gateway.metrics import RATE_LIMITED
@@ -104,7 +104,7 @@ RATE_HEADER_NAMES = (
 _LIMIT, _REMAINING, _RESET, _POLICY = (n.lower().encode() for n in RATE_HEADER_NAMES)
 
 
-def rate_headers(outcomes: Sequence[Outcome]) -> list[tuple[bytes, bytes]]:
+def rate_headers(outcomes: Sequence[Outcome]) -> Headers:
     """RateLimit-* headers (IETF draft) for the most constraining of the outcomes, as an ASGI
     message carries them: the issue route sends them without a Response object."""
     if not outcomes:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import orjson
 from flashcoupon_common import validation
 from flashcoupon_common.http import (
+    JSON_HEADERS,
     Headers,
     JSONResponse,
     ProblemError,
@@ -71,7 +72,7 @@ async def issue_reply(request: Request) -> Reply:
     limits = rate_headers(result.limits)
     if isinstance(result, Queued):
         location = result.body["statusUrl"].encode("latin-1")
-        limits += [(b"location", location), (b"content-type", b"application/json")]
+        limits += [(b"location", location), *JSON_HEADERS]
         return Reply.of(202, limits, orjson.dumps(result.body))
     return relay(result.answer, limits)
 

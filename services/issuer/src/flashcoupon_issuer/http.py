@@ -22,6 +22,7 @@ import orjson
 from flashcoupon_common import event_state, issue_batch, tracing, validation
 from flashcoupon_common.aio import in_order
 from flashcoupon_common.http import (
+    JSON_HEADERS,
     PROBLEM_JSON,
     JSONResponse,
     ProblemError,
@@ -104,8 +105,7 @@ def coupon_json(event_id: str, user_id: str, c: Coupon) -> dict[str, Any]:
     }
 
 
-_COUPON_HEADERS = [(b"content-type", b"application/json")]
-_REPLAYED_HEADERS = [(b"idempotent-replayed", b"true"), *_COUPON_HEADERS]
+_REPLAYED_HEADERS = [(b"idempotent-replayed", b"true"), *JSON_HEADERS]
 
 
 def _problem(status: int, code: str, detail: str, **kwargs: Any) -> Reply:
@@ -115,7 +115,7 @@ def _problem(status: int, code: str, detail: str, **kwargs: Any) -> Reply:
 def outcome_reply(event_id: str, user_id: str, o: Outcome) -> Reply:
     if o.status == "ISSUED":
         body = orjson.dumps(coupon_json(event_id, user_id, o.coupons[0]))
-        return Reply.of(201, _REPLAYED_HEADERS if o.replay else _COUPON_HEADERS, body)
+        return Reply.of(201, _REPLAYED_HEADERS if o.replay else JSON_HEADERS, body)
     if o.status == "SOLD_OUT":
         return _problem(410, "SOLD_OUT", f"event {event_id} is sold out")
     if o.status == "DUPLICATE":
@@ -247,7 +247,7 @@ class IssueEdge:
             answers = await self._batch_answers(service, presses, budget)
         for status, _, _ in answers:
             self._metrics.record(status, start)
-        return Reply.of(200, _COUPON_HEADERS, issue_batch.encode_answers(answers))
+        return Reply.of(200, JSON_HEADERS, issue_batch.encode_answers(answers))
 
     async def _batch_answers(
         self, service: IssueService, presses: list[issue_batch.Press], budget: int | None
