@@ -52,7 +52,7 @@ from flashcoupon_common.settings import RedisSettings
 from redis.asyncio.cluster import RedisCluster
 
 from flashcoupon_loadtest.benchkit import ONE_TIER, RESULTS, TWO_TIERS, bench_spec, event_master
-from flashcoupon_loadtest.localrun import ROOT, stack_env
+from flashcoupon_loadtest.localrun import git, stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds
 from flashcoupon_loadtest.rounds import share_cell
 
@@ -99,12 +99,11 @@ ISSUE_LUA = "libs/common/src/flashcoupon_common/lua/issue.lua"  # in the reposit
 
 def revision_variant(rev: str) -> Variant:
     """issue.lua as committed at `rev` (git show), to measure beside this tree's."""
-    shown = subprocess.run(
-        ["git", "show", f"{rev}:{ISSUE_LUA}"], cwd=ROOT, capture_output=True, text=True
-    )
-    if shown.returncode != 0:
-        raise ValueError(f"--against {rev}: {shown.stderr.strip() or 'git show failed'}")
-    return Variant(f"at {rev}", script=shown.stdout)
+    try:
+        script = git("show", f"{rev}:{ISSUE_LUA}")
+    except subprocess.CalledProcessError as exc:
+        raise ValueError(f"--against {rev}: {exc.stderr.strip() or 'git show failed'}") from None
+    return Variant(f"at {rev}", script=script)
 
 
 def press_calls(issues: int, per_call: int, tag: str) -> list[list[str]]:

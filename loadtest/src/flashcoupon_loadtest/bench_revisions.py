@@ -34,7 +34,7 @@ from flashcoupon_loadtest.bench_gateway import (
     start_services,
 )
 from flashcoupon_loadtest.benchkit import publish, stop_all
-from flashcoupon_loadtest.localrun import ROOT, stack_env
+from flashcoupon_loadtest.localrun import ROOT, git, stack_env
 from flashcoupon_loadtest.rounds import DEFAULT_ROUNDS, Ratio
 
 CHECKOUTS = ROOT / ".cache" / "bench-revisions"
@@ -56,9 +56,7 @@ def revision_ratios(kinds: list[str]) -> dict[str, Ratio]:
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    return git(*args).strip()
 
 
 def checkout(rev: str) -> Path:

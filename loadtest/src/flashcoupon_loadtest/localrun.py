@@ -40,6 +40,14 @@ ROOT = Path(__file__).resolve().parents[3]
 LOG_DIR = ROOT / ".stack" / "logs"
 
 
+def git(*args: str) -> str:
+    """`git <args>`'s output in this repository; CalledProcessError (with git's stderr) when it
+    fails."""
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
