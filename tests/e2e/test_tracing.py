@@ -149,7 +149,7 @@ async def test_one_issue_request_is_one_trace_across_all_four_services(
     assert parent_of(gateway) == client_span, by_service
     assert parent_of(issuer) == gateway["spanID"]
     assert parent_of(script) == issuer["spanID"]
-    assert parent_of(relay) == issuer["spanID"]  # the outbox entry's tp
+    assert parent_of(relay) == issuer["spanID"]  # the outbox entry's traceparent
     assert parent_of(persister) == relay["spanID"]  # the Kafka record's traceparent header
     assert {t["key"]: t["value"] for t in script["tags"]}["flashcoupon.outcome"] == "ISSUED"
     # The issuer's log line written inside its span carries the trace id.

@@ -42,7 +42,6 @@ async def relay_outbox(redis: Any, stack: Stack, event_id: str, topic: str) -> i
     await producer.start()
     try:
         for _, fields in entries:
-            fields = {k: v for k, v in fields.items() if k not in (b"tp", "tp")}
             rec = CouponIssued.from_outbox(fields)
             await producer.send_and_wait(topic, rec.encode(), key=rec.kafka_key())
     finally:

@@ -198,16 +198,28 @@ async def test_each_refusal_has_its_own_answer(redis_cluster, cleanup) -> None:
 
 
 async def test_outbox_entries_decode_and_carry_traceparent(redis_cluster, cleanup) -> None:
-    spec = await provisioned(redis_cluster, cleanup, make_spec(3))
+    spec = await provisioned(redis_cluster, cleanup, make_spec(4))
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    replies = [await issue(redis_cluster, spec.event_id, f"u{i}", f"r{i}", tp) for i in range(3)]
+    # Users whose ids are not ASCII or hold the entry's separator, beside plain ones.
+    users = ["u0", "odd\x1fone", "ünïcødé 客", "u3"]
+    tps = [tp, tp, tp, ""]
+    replies = [
+        await issue(redis_cluster, spec.event_id, user, f"r{i}", tps[i])
+        for i, user in enumerate(users)
+    ]
     entries = await redis_cluster.xrange(keys.outbox_key(spec.event_id))
-    assert len(entries) == 3
-    decoded = [CouponIssued.from_outbox(fields) for _, fields in entries]
+    assert len(entries) == 4
+    read = [CouponIssued.read_outbox(fields) for _, fields in entries]
+    decoded = [record for record, _ in read]
     assert [d.code for d in decoded] == [r[4] for r in replies]
-    assert all(fields[b"tp"] == tp.encode() for _, fields in entries)
+    assert [d.user_id for d in decoded] == users
+    assert [trace for _, trace in read] == tps
     held = {c.code: c async for c in event_state.iter_issued(redis_cluster, spec.event_id)}
     assert {d.code: d for d in decoded} == held
+    # The script writes exactly the entry CouponIssued.to_outbox describes (what the loadtest
+    # and the relay tests write in its place).
+    for (_, fields), record, trace in zip(entries, decoded, tps, strict=True):
+        assert fields == {k.encode(): v.encode() for k, v in record.to_outbox(trace).items()}
 
 
 async def test_provision_is_idempotent_raises_and_refuses_lowering(redis_cluster, cleanup) -> None:

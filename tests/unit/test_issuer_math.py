@@ -71,6 +71,8 @@ def _spec(**kw: object) -> EventSpec:
         ({"tiers": (TierSpec("a", Discount("fixed", amount=1), 50),)}, "sum to 100"),
         ({"end_at": datetime(2000, 1, 1, tzinfo=UTC)}, "endAt"),
         ({"per_user_limit": 0}, "perUserLimit"),
+        ({"tiers": (TierSpec("Gold Tier", Discount("fixed", amount=1), 100),)}, "tier name"),
+        ({"tiers": (TierSpec("a\x1fb", Discount("fixed", amount=1), 100),)}, "DNS-1123"),
     ],
 )
 def test_validate_spec_names_the_problem(kw: dict[str, object], message: str) -> None:

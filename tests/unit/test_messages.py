@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from flashcoupon_common.messages import CouponIssued, Discount, SchemaError
 
@@ -18,12 +20,68 @@ def sample() -> CouponIssued:
     )
 
 
-def test_outbox_fields_round_trip() -> None:
+def as_redis(fields: dict[str, str]) -> dict[bytes, bytes]:
+    return {k.encode(): v.encode() for k, v in fields.items()}
+
+
+TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize("traceparent", ["", TP])
+def test_outbox_entry_round_trip(traceparent: str) -> None:
     rec = sample()
-    fields = rec.to_outbox()
-    assert set(fields) == set(CouponIssued.OUTBOX_FIELDS)
-    raw = {k.encode(): v.encode() for k, v in fields.items()}  # as redis returns them
-    assert CouponIssued.from_outbox(raw) == rec
+    fields = rec.to_outbox(traceparent)
+    assert list(fields) == [CouponIssued.OUTBOX_FIELD]
+    assert CouponIssued.read_outbox(as_redis(fields)) == (rec, traceparent)
+    assert CouponIssued.from_outbox(as_redis(fields)) == rec
+
+
+def legacy_entry(rec: CouponIssued) -> dict[str, str]:
+    """An entry as issue.lua wrote it before the one-field shape: a field per value."""
+    d = rec.discount
+    values = [rec.event_id, rec.user_id, str(rec.seq), rec.code, rec.tier, d.type]
+    values += ["" if v is None else str(v) for v in (d.amount, d.percent, d.max_amount)]
+    values += [str(rec.issued_at_ms), str(rec.expires_at_ms), rec.request_id]
+    return dict(zip(CouponIssued.LEGACY_OUTBOX_FIELDS, values, strict=True))
+
+
+def test_outbox_entries_of_the_earlier_shape_are_still_read() -> None:
+    # A stream may still hold them while a rollout replaces the issuers' script.
+    rec = replace(sample(), discount=Discount("fixed", amount=10_000))
+    assert CouponIssued.read_outbox(as_redis(legacy_entry(rec))) == (rec, "")
+    with_tp = as_redis({**legacy_entry(rec), "tp": TP})
+    assert CouponIssued.read_outbox(with_tp) == (rec, TP)
+
+
+def test_a_user_id_holding_the_separator_is_read_whole() -> None:
+    # The user id is the one free-text value, so it goes last and keeps whatever it holds.
+    rec = replace(sample(), user_id="odd\x1fuser\x1f")
+    fields = as_redis(rec.to_outbox(TP))
+    assert CouponIssued.read_outbox(fields) == (rec, TP)
+
+
+def _packed(values: list[str]) -> dict[bytes, bytes]:
+    return {b"v": "\x1f".join(values).encode()}
+
+
+GOOD = sample().to_outbox()["v"].split("\x1f")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        _packed(GOOD[:-2]),  # values missing
+        _packed(["ev", "1"]),
+        _packed([*GOOD[:4], "gift", *GOOD[5:]]),  # no such discount type
+        _packed([GOOD[0], "x", *GOOD[2:]]),  # the user's n-th coupon not a number
+        _packed([*GOOD[:8], "soon", *GOOD[9:]]),  # issued at not a number
+        {b"v": b"\xff\xfe"},  # not UTF-8
+        {b"e": b"ev1", b"u": b"\xff\xfe"},  # the earlier shape, values missing
+    ],
+)
+def test_malformed_outbox_entries_raise_schema_error(fields: dict[bytes, bytes]) -> None:
+    with pytest.raises(SchemaError):
+        CouponIssued.read_outbox(fields)
 
 
 def test_kafka_value_round_trip_and_key() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import orjson
 import pytest
 from aiokafka import errors as kafka_errors
@@ -48,7 +50,7 @@ def plan(entries):
 
 
 def test_plan_sends_each_record_keyed_by_user_with_trace_headers() -> None:
-    with_tp = {**coupon(1, "alice").to_outbox(), "tp": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
+    with_tp = coupon(1, "alice").to_outbox("00-" + "a" * 32 + "-" + "b" * 16 + "-01")
     p = plan([(b"1-0", as_stream(with_tp)), (b"1-1", as_stream(coupon(2, "bob").to_outbox()))])
     assert [o.entry_id for o in p.outgoing] == ["1-0", "1-1"]
     first, second = p.outgoing
@@ -59,7 +61,7 @@ def test_plan_sends_each_record_keyed_by_user_with_trace_headers() -> None:
     assert headers["request-id"] == b"req-1"
     assert headers["event-id"] == b"ev1"
     assert headers["outbox-id"] == b"1-0"
-    assert "traceparent" not in dict(second.headers)  # no "tp" field, no header
+    assert "traceparent" not in dict(second.headers)  # no traceparent, no header
     assert p.poison == [] and p.gone == []
 
 
@@ -81,7 +83,7 @@ def test_undecodable_entry_becomes_a_dead_letter_with_its_raw_fields() -> None:
 
 
 def test_oversized_record_is_dead_lettered_truncated() -> None:
-    huge = coupon(4).to_outbox() | {"u": "x" * (MAX_RECORD_BYTES + 1)}
+    huge = replace(coupon(4), user_id="x" * (MAX_RECORD_BYTES + 1)).to_outbox()
     p = plan([(b"3-0", as_stream(huge))])
     (letter,) = p.outgoing
     assert letter.dead_letter and len(letter.value) < 20_000

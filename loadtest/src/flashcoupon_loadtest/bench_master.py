@@ -59,6 +59,7 @@ from flashcoupon_loadtest.rounds import share_cell
 PIPELINE = 16  # calls per pipeline: the issuer keeps up to 4 batches on the wire per node
 _CODE_HASH = "tonumber(string.sub(redis.sha1hex(round_key[rnd] .. R), 1, 7), 16)"
 _TIER_HASH = "tonumber(string.sub(redis.sha1hex(tier_key .. seq), 1, 12), 16)"
+_XADD = "redis.call('XADD', KEYS[4], '*', 'v', table.concat({"
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ VARIANTS = (
     Variant("single-tier", tiers=ONE_TIER),
     Variant("no-code-hash", ((_CODE_HASH, "R"),)),
     Variant("no-hashes", ((_CODE_HASH, "R"), (_TIER_HASH, "seq"))),
-    Variant("no-outbox", (("redis.call('XADD', unpack(xadd))", "local _ = xadd"),)),
+    Variant("no-outbox", ((_XADD, "local _ = {"), ("tp, user}, '\\31'))", "tp, user}"))),
     Variant("no-holdings", (("redis.call('HSET', KEYS[3], user, entry)", "local _ = entry"),)),
 )
 

@@ -58,8 +58,7 @@ async def write_outbox(redis: Any, coupons: Iterable[CouponIssued], *, chunk: in
     for start in range(0, len(coupons), chunk):
         async with redis.pipeline() as pipe:
             for c in coupons[start : start + chunk]:
-                fields = c.to_outbox()
-                fields["tp"] = f"00-{c.code.encode().hex()[-32:]:0>32}-{'1' * 16}-01"
+                fields = c.to_outbox(f"00-{c.code.encode().hex()[-32:]:0>32}-{'1' * 16}-01")
                 pipe.xadd(keys.outbox_key(c.event_id), fields)
             await pipe.execute()
 

@@ -23,7 +23,7 @@ from flashcoupon_common.coupon_math import code_prefix, phase, tier_caps
 from flashcoupon_common.event_spec import EventSpec
 from flashcoupon_common.lua import PROVISION
 from flashcoupon_common.messages import CouponIssued, Discount
-from flashcoupon_common.validation import EVENT_ID
+from flashcoupon_common.validation import DNS_LABEL, EVENT_ID
 
 _RETRIES = 20
 
@@ -83,6 +83,10 @@ def validate_spec(spec: EventSpec) -> None:
         raise ProvisionError("tier shares must sum to 100")
     if len({t.name for t in spec.tiers}) != len(spec.tiers):
         raise ProvisionError("tier names must be unique")
+    for tier in spec.tiers:
+        # As the CRD says; the outbox entry relies on it too (CouponIssued.to_outbox).
+        if not DNS_LABEL.ok(tier.name):
+            raise ProvisionError(f"tier name {tier.name!r} must be {DNS_LABEL.rule}")
     if spec.end_at <= spec.start_at:
         raise ProvisionError("endAt must be after startAt")
     if spec.per_user_limit < 1:

@@ -101,7 +101,7 @@ def plan_batch(
             continue
         code = UNDECODABLE
         try:
-            record = CouponIssued.from_outbox(fields)
+            record, tp = CouponIssued.read_outbox(fields)
             value = record.encode()
             if len(value) > MAX_RECORD_BYTES:
                 code = TOO_LARGE
@@ -117,9 +117,8 @@ def plan_batch(
             ("event-id", record.event_id.encode()),
             ("outbox-id", entry_id.encode()),
         ]
-        tp = fields.get(b"tp", fields.get("tp"))
         if tp:
-            headers.insert(0, ("traceparent", tp if isinstance(tp, bytes) else tp.encode()))
+            headers.insert(0, ("traceparent", tp.encode()))
         plan.outgoing.append(Outgoing(entry_id, topic, record.kafka_key(), value, headers))
     return plan
 

@@ -215,14 +215,12 @@ decide = function(held, entries, user, rid, tp)
 
   local reply = {'ISSUED', quantity - seq, 0, 1}
   described(reply, code, tier, at)
-  local xadd = {KEYS[4], '*', 'e', cfg[9], 'u', user, 's', tostring(#entries + 1), 'c', code,
-    't', reply[6], 'dt', reply[7], 'da', reply[8], 'dp', reply[9], 'dm', reply[10],
-    'at', at, 'ex', reply[12], 'r', rid}
-  if tp ~= '' then
-    xadd[#xadd + 1] = 'tp'
-    xadd[#xadd + 1] = tp
-  end
-  redis.call('XADD', unpack(xadd))
+  -- The outbox entry: one field, its values joined by the unit separator (\31), as
+  -- CouponIssued.to_outbox makes it. One field instead of one per value: ~8 % of this script's
+  -- CPU per issue. Only the user id is free text (printable, yet not checked for \31 here), so
+  -- it goes last: the relay splits off the first twelve values, and the rest is the user's.
+  redis.call('XADD', KEYS[4], '*', 'v', table.concat({cfg[9], tostring(#entries + 1), code,
+    reply[6], reply[7], reply[8], reply[9], reply[10], at, reply[12], rid, tp, user}, '\31'))
   return reply
 end
 
