@@ -79,6 +79,29 @@ async def test_burst_100k_users_10k_coupons(stack, redis_cluster, events) -> Non
     assert sorted(d.code for d in decoded) == sorted(b["couponCode"] for b in issued.values())
 
 
+@pytest.mark.parametrize(
+    ("outbox_entry", "names"),
+    [
+        ("one-field", {CouponIssued.OUTBOX_FIELD}),
+        ("fields", set(CouponIssued.LEGACY_OUTBOX_FIELDS)),
+    ],
+)
+async def test_outbox_entry_shape_follows_the_setting(
+    stack, redis_cluster, events, outbox_entry: str, names: set[str]
+) -> None:
+    # `fields` is for a rollout while relays that read only a field per value still run.
+    eid = await provisioned(redis_cluster, events, 10)
+    async with running(create_app(settings(stack, outbox_entry=outbox_entry))) as app:
+        answers = await asyncio.gather(
+            *(asgi_post(app, ISSUE.format(eid), {"X-Flashcoupon-User": f"u{i}"}) for i in range(4))
+        )
+    assert [status for status, _ in answers] == [201] * 4
+    entries = await redis_cluster.xrange(keys.outbox_key(eid))
+    assert [{k.decode() for k in fields} for _, fields in entries] == [names] * 4
+    decoded = {CouponIssued.from_outbox(fields).code for _, fields in entries}
+    assert decoded == {body["couponCode"] for _, body in answers}
+
+
 async def test_one_user_many_concurrent_requests(stack, redis_cluster, events) -> None:
     single = await provisioned(redis_cluster, events, 100)
     triple = await provisioned(redis_cluster, events, 100, per_user_limit=3)

@@ -15,7 +15,7 @@ import pytest
 from flashcoupon_common import event_state, keys
 from flashcoupon_common.coupon_math import coupon_code, pick_tier, tier_draw
 from flashcoupon_common.event_spec import EventSpec, TierSpec
-from flashcoupon_common.lua import ISSUE
+from flashcoupon_common.lua import ISSUE, ISSUE_FIELD_ENTRIES
 from flashcoupon_common.messages import CouponIssued
 
 from tests.support.issuer import TIERS, make_spec
@@ -220,6 +220,31 @@ async def test_outbox_entries_decode_and_carry_traceparent(redis_cluster, cleanu
     # and the relay tests write in its place).
     for (_, fields), record, trace in zip(entries, decoded, tps, strict=True):
         assert fields == {k.encode(): v.encode() for k, v in record.to_outbox(trace).items()}
+
+
+async def test_field_entries_script_writes_the_earlier_shape(redis_cluster, cleanup) -> None:
+    # What relays older than the one-field entry read (the issuer's OUTBOX_ENTRY=fields): the
+    # same coupons and codes, a field per value, `tp` only when there is a traceparent.
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    specs = [await provisioned(redis_cluster, cleanup, make_spec(3)) for _ in range(2)]
+    for script, spec in zip((ISSUE, ISSUE_FIELD_ENTRIES), specs, strict=True):
+        k = keys.issue_keys(spec.event_id)
+        await redis_cluster.eval(
+            script.source, 5, *k, "u0", "r0", tp, "", "", "u1", "r1", "", "", ""
+        )
+    one_field, by_field = [
+        await redis_cluster.xrange(keys.outbox_key(spec.event_id)) for spec in specs
+    ]
+    legacy = set(CouponIssued.LEGACY_OUTBOX_FIELDS)
+    assert [{k.decode() for k in f} for _, f in by_field] == [legacy | {"tp"}, legacy]
+    read = [[CouponIssued.read_outbox(f) for _, f in entries] for entries in (one_field, by_field)]
+    assert [trace for _, trace in read[1]] == [tp, ""]
+    # The two events differ in their id and secret (so codes and tier draws), not in shape.
+    assert [(r.user_id, r.seq, t) for r, t in read[0]] == [
+        (r.user_id, r.seq, t) for r, t in read[1]
+    ]
+    held = {c.code: c async for c in event_state.iter_issued(redis_cluster, specs[1].event_id)}
+    assert {r.code: r for r, _ in read[1]} == held
 
 
 async def test_provision_is_idempotent_raises_and_refuses_lowering(redis_cluster, cleanup) -> None:

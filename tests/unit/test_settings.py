@@ -84,6 +84,7 @@ DEFAULTS: dict[type, dict[str, Any]] = {
         "max_batch": 32,
         "max_inflight": 4,
         "decide_allowance": True,
+        "outbox_entry": "one-field",
         "retry_deadline_s": 15.0,
         "deadline_margin_ms": 300,
         "redis_max_connections": 512,
@@ -166,8 +167,8 @@ VARIABLES: dict[type, tuple[str, ...]] = {
     ),
     IssuerSettings: (
         REDIS, "HOST", "PORT", "DURABILITY", "WAIT_TIMEOUT_MS", "UNCONFIRMED", "SOLD_OUT_TTL_S",
-        "BATCHING", "MAX_BATCH", "MAX_INFLIGHT", "DECIDE_ALLOWANCE", "RETRY_DEADLINE_S",
-        "DEADLINE_MARGIN_MS",
+        "BATCHING", "MAX_BATCH", "MAX_INFLIGHT", "DECIDE_ALLOWANCE", "OUTBOX_ENTRY",
+        "RETRY_DEADLINE_S", "DEADLINE_MARGIN_MS",
         "REDIS_MAX_CONNECTIONS", "HEADER_TIMEOUT_SECONDS", "BODY_TIMEOUT_SECONDS",
     ),
     RelaySettings: (

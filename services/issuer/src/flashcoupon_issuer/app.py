@@ -19,7 +19,7 @@ from typing import Any
 from flashcoupon_common import channels, heap, keys, tracing
 from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import exception_handlers, health_routes
-from flashcoupon_common.lua import ISSUE
+from flashcoupon_common.lua import ISSUE, ISSUE_FIELD_ENTRIES, LuaScript
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -42,7 +42,12 @@ def _argv(user: str, rid: str, tp: str, allowance: AllowanceLimit) -> tuple[str 
     return (user, rid, tp, *(allowance or _NO_ALLOWANCE))
 
 
-def batched_call(batcher: ScriptBatcher) -> ScriptCall:
+def issue_script(settings: IssuerSettings) -> LuaScript:
+    """issue.lua, writing outbox entries in the shape the settings ask for."""
+    return ISSUE_FIELD_ENTRIES if settings.outbox_entry == "fields" else ISSUE
+
+
+def batched_call(batcher: ScriptBatcher, script: LuaScript) -> ScriptCall:
     # The lifespan initializes the cluster client before serving, so `submit` may be used: the
     # reply's future is awaited by IssueService directly (a coroutine frame less per request).
     def call(
@@ -54,13 +59,13 @@ def batched_call(batcher: ScriptBatcher) -> ScriptCall:
         allowance: AllowanceLimit,
     ) -> Awaitable[Any]:
         return batcher.submit(
-            ISSUE, keys.issue_keys(event_id), _argv(user, rid, tp, allowance), deadline
+            script, keys.issue_keys(event_id), _argv(user, rid, tp, allowance), deadline
         )
 
     return call
 
 
-def naive_call(redis: RedisCluster) -> ScriptCall:
+def naive_call(redis: RedisCluster, script: LuaScript) -> ScriptCall:
     """One EVALSHA round trip per request (the benchmark's baseline)."""
 
     async def call(
@@ -74,9 +79,9 @@ def naive_call(redis: RedisCluster) -> ScriptCall:
         k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
         args = _argv(user, rid, tp, allowance)
         try:
-            replies = await redis.evalsha(ISSUE.sha, len(k), *k, *args)
+            replies = await redis.evalsha(script.sha, len(k), *k, *args)
         except NoScriptError:
-            replies = await redis.eval(ISSUE.source, len(k), *k, *args)
+            replies = await redis.eval(script.source, len(k), *k, *args)
         return replies[0]  # one press: the first (only) reply
 
     return call
@@ -133,7 +138,8 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
             retry_deadline=settings.retry_deadline_s,
         )
         cache = SoldOutCache(settings.sold_out_ttl_s)
-        call = batched_call(batcher) if settings.batching else naive_call(client)
+        script = issue_script(settings)
+        call = batched_call(batcher, script) if settings.batching else naive_call(client, script)
         service = IssueService(
             call,
             cache,
@@ -146,11 +152,13 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         listener = asyncio.create_task(listen_for_supply(client, service, stop))
         heap.settle_after_startup()
         logger.info(
-            "issuer ready: durability=%s unconfirmed=%s batching=%s decide_allowance=%s",
+            "issuer ready: durability=%s unconfirmed=%s batching=%s decide_allowance=%s "
+            "outbox_entry=%s",
             settings.durability,
             settings.unconfirmed,
             settings.batching,
             settings.decide_allowance,
+            settings.outbox_entry,
         )
         try:
             yield {"service": service, "redis": client, "batcher": batcher}

@@ -52,6 +52,10 @@ class IssuerSettings(FromEnv):
     # is ignored; the gateways then decide the shopper's limit themselves. A switch to roll the
     # feature back without a release.
     decide_allowance: bool = True
+    # How issue.lua writes each outbox entry: one-field (CouponIssued.to_outbox), or a field per
+    # value as before it, which relays older than the one-field entry read. Set `fields` while
+    # such relays still run (docs/relay.md, "Upgrading relays from a field per value").
+    outbox_entry: str = setting("one-field", choices=("one-field", "fields"))
     # How long one issue call may keep retrying through a failover before answering 503, when
     # the caller sent no deadline. The gateway sends X-Flashcoupon-Deadline-Ms (what it will
     # still wait); then the call ends DEADLINE_MARGIN_MS before that, so the 503 reaches the

@@ -34,4 +34,13 @@ class LuaScript:
 
 
 ISSUE = LuaScript.load("issue", stride=5)
+# issue.lua writing each outbox entry as a field per value, as it did before the one-field
+# entry: for a rollout while relays that cannot read that shape still run (the issuer's
+# OUTBOX_ENTRY setting, docs/relay.md).
+ISSUE_FIELD_ENTRIES = LuaScript.from_source(
+    "issue",
+    ISSUE.source.replace("local OUTBOX_ENTRY = 'one-field'", "local OUTBOX_ENTRY = 'fields'", 1),
+    stride=ISSUE.stride,
+)
+assert ISSUE_FIELD_ENTRIES.sha != ISSUE.sha, "issue.lua's OUTBOX_ENTRY line was not found"
 PROVISION = LuaScript.load("provision")

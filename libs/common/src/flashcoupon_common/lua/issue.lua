@@ -27,6 +27,10 @@
 -- call and 19 us with 64 (docs/issuer.md). Presses are decided one after another exactly as
 -- separate calls would decide them.
 
+-- How the outbox entry is written: 'one-field' (CouponIssued.to_outbox), or 'fields', a field
+-- per value as before it, for relays that predate it (flashcoupon_common.lua.ISSUE_FIELD_ENTRIES).
+local OUTBOX_ENTRY = 'one-field'
+
 if #ARGV == 0 or #ARGV % 5 ~= 0 then
   return redis.error_reply('issue.lua: ARGV must be (user id, request id, traceparent, '
     .. 'allowance interval, allowance burst) quintuples')
@@ -219,8 +223,19 @@ decide = function(held, entries, user, rid, tp)
   -- CouponIssued.to_outbox makes it. One field instead of one per value: ~8 % of this script's
   -- CPU per issue. Only the user id is free text (printable, yet not checked for \31 here), so
   -- it goes last: the relay splits off the first twelve values, and the rest is the user's.
-  redis.call('XADD', KEYS[4], '*', 'v', table.concat({cfg[9], tostring(#entries + 1), code,
-    reply[6], reply[7], reply[8], reply[9], reply[10], at, reply[12], rid, tp, user}, '\31'))
+  if OUTBOX_ENTRY == 'one-field' then
+    redis.call('XADD', KEYS[4], '*', 'v', table.concat({cfg[9], tostring(#entries + 1), code,
+      reply[6], reply[7], reply[8], reply[9], reply[10], at, reply[12], rid, tp, user}, '\31'))
+  else
+    local xadd = {KEYS[4], '*', 'e', cfg[9], 'u', user, 's', tostring(#entries + 1), 'c', code,
+      't', reply[6], 'dt', reply[7], 'da', reply[8], 'dp', reply[9], 'dm', reply[10],
+      'at', at, 'ex', reply[12], 'r', rid}
+    if tp ~= '' then
+      xadd[#xadd + 1] = 'tp'
+      xadd[#xadd + 1] = tp
+    end
+    redis.call('XADD', unpack(xadd))
+  end
   return reply
 end
 
