@@ -20,3 +20,4 @@ def test_every_variant_runs_on_the_events_master(stack: Stack, tmp_path: Path) -
     assert list(report["variants"]) == [*(v.name for v in VARIANTS), "at HEAD"]
     for figures in report["variants"].values():
         assert len(figures["repeats"]) == 1 and figures["cpu_us_per_issue"] >= 0
+        assert len(figures["replica_repeats"]) == 1 and figures["replica_cpu_us_per_issue"] >= 0

@@ -10,6 +10,7 @@ from flashcoupon_common.lua import ISSUE
 from flashcoupon_loadtest.bench_master import (
     ISSUE_LUA,
     VARIANTS,
+    Cost,
     Variant,
     press_calls,
     revision_variant,
@@ -48,13 +49,21 @@ def test_press_calls_hold_every_press_once_in_issue_luas_stride() -> None:
 
 
 def test_summary_takes_medians_against_as_is() -> None:
-    s = summary({"as-is": [20.0, 22.0, 21.0], "no-outbox": [16.0, 17.0, 30.0]})
+    s = summary(
+        {
+            "as-is": [Cost(20.0, 6.0), Cost(22.0, 5.0), Cost(21.0, 9.0)],
+            "no-outbox": [Cost(16.0, 3.0), Cost(17.0, 2.0), Cost(30.0, 2.5)],
+        }
+    )
     assert s["as-is"] == {
         "cpu_us_per_issue": 21.0,
         "repeats": [20.0, 22.0, 21.0],
         "ratio_vs_as_is": 1.0,
         "saves_us": 0.0,
+        "replica_cpu_us_per_issue": 6.0,
+        "replica_repeats": [6.0, 5.0, 9.0],
     }
+    assert s["no-outbox"]["replica_cpu_us_per_issue"] == 2.5
     assert s["no-outbox"]["cpu_us_per_issue"] == 17.0
     assert s["no-outbox"]["ratio_vs_as_is"] == pytest.approx(17 / 21, abs=1e-3)
     assert s["no-outbox"]["saves_us"] == 4.0

@@ -7,7 +7,9 @@ issue.lua is sent straight to the master that owns a fresh event's slot (no issu
 EVALSHA calls of --per-call presses, each press a new shopper without an allowance, 16 calls per
 pipeline, and the master's own CPU (/proc utime + stime) is read before and after: its CPU per
 issue. On a two-core box that CPU is taken from what the issuer's path could use (the benchmarks'
-box ceiling, docs/loadtest.md), so it bounds issuer/hello as much as the issuer's own does.
+box ceiling, docs/loadtest.md), so it bounds issuer/hello as much as the issuer's own does. So
+does the master's replica, which applies every write the script makes: its CPU per issue is
+read the same way, once it has caught up with the master (`replica us` in the table).
 
 Variants of the script, each loaded under its own sha and measured in turn in every repeat (the
 machine's noise hits all of them), say what one part costs: most are issue.lua with that part
@@ -37,11 +39,12 @@ import os
 import re
 import statistics
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from flashcoupon_common import event_state, keys
@@ -51,7 +54,14 @@ from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 from redis.asyncio.cluster import RedisCluster
 
-from flashcoupon_loadtest.benchkit import ONE_TIER, RESULTS, TWO_TIERS, bench_spec, event_master
+from flashcoupon_loadtest.benchkit import (
+    ONE_TIER,
+    RESULTS,
+    TWO_TIERS,
+    bench_spec,
+    event_master,
+    running_here,
+)
 from flashcoupon_loadtest.localrun import git, stack_env
 from flashcoupon_loadtest.procstat import cpu_seconds
 from flashcoupon_loadtest.rounds import share_cell
@@ -119,10 +129,36 @@ def press_calls(issues: int, per_call: int, tag: str) -> list[list[str]]:
     return calls
 
 
+class Cost(NamedTuple):
+    master_us: float  # the event's master's CPU per issue
+    replica_us: float  # its replica's
+
+
+async def replica_of(master: aioredis.Redis) -> tuple[aioredis.Redis, int]:
+    """A client of the master's (first) replica and the replica's pid."""
+    info = await master.info("replication")
+    replica = info.get("slave0")
+    if not isinstance(replica, dict):
+        raise SystemExit(f"the event's Redis master has no replica: {info}")
+    client = aioredis.Redis(host=replica["ip"], port=int(replica["port"]))
+    return client, running_here(int((await client.info("server"))["process_id"]))
+
+
+async def caught_up(master: aioredis.Redis, replica: aioredis.Redis, within: float = 30) -> None:
+    """Return once the replica has applied everything the master has written so far."""
+    target = int((await master.info("replication"))["master_repl_offset"])
+    deadline = time.monotonic() + within
+    while int((await replica.info("replication"))["slave_repl_offset"]) < target:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the replica did not reach offset {target} within {within} s")
+        await asyncio.sleep(0.01)
+
+
 async def cost_per_issue(
     client: RedisCluster, variant: Variant, issues: int, per_call: int
-) -> float:
-    """Microseconds of the master's CPU per issue for `variant`, on an event of its own."""
+) -> Cost:
+    """Microseconds of the master's and its replica's CPU per issue for `variant`, on an event
+    of its own."""
     # The event id is a DNS label: a revision's name ("at main~3") in its characters.
     slug = re.sub(r"[^a-z0-9]+", "-", variant.name.lower()).strip("-")[:40]
     tag = f"{slug}-{os.urandom(3).hex()}"
@@ -132,11 +168,13 @@ async def cost_per_issue(
     try:
         node, pid = await event_master(client, event_id)
         master = aioredis.Redis(host=node.host, port=int(node.port))
+        replica, replica_pid = await replica_of(master)
         try:
             sha = await master.script_load(variant.source(ISSUE.source))
             event_keys = keys.issue_keys(event_id)
             calls = press_calls(issues, variant.per_call or per_call, tag)
-            before = cpu_seconds(pid)
+            await caught_up(master, replica)
+            before, replica_before = cpu_seconds(pid), cpu_seconds(replica_pid)
             issued = 0
             for start in range(0, len(calls), PIPELINE):
                 pipe = master.pipeline(transaction=False)
@@ -145,51 +183,63 @@ async def cost_per_issue(
                 for replies in await pipe.execute():
                     issued += sum(1 for reply in replies if reply[0] == b"ISSUED")
             used = cpu_seconds(pid) - before
+            await caught_up(master, replica)
+            replica_used = cpu_seconds(replica_pid) - replica_before
         finally:
             await master.aclose()
+            await replica.aclose()
     finally:
         await event_state.delete_state(client, event_id)
     if issued != issues:
         raise RuntimeError(f"variant {variant.name}: {issued} of {issues} presses issued")
-    return used / issues * 1e6
+    return Cost(used / issues * 1e6, replica_used / issues * 1e6)
 
 
-def summary(costs: dict[str, list[float]]) -> dict[str, dict[str, Any]]:
-    """Per variant: the median µs per issue, each repeat's, and the median against as-is's."""
-    base = statistics.median(costs["as-is"])
+def summary(costs: dict[str, list[Cost]]) -> dict[str, dict[str, Any]]:
+    """Per variant: the master's median µs per issue, each repeat's, the median against
+    as-is's; the replica's median and repeats beside them."""
+    base = statistics.median(c.master_us for c in costs["as-is"])
     out: dict[str, dict[str, Any]] = {}
     for name, values in costs.items():
-        median = statistics.median(values)
+        median = statistics.median(c.master_us for c in values)
         out[name] = {
             "cpu_us_per_issue": round(median, 2),
-            "repeats": [round(v, 2) for v in values],
+            "repeats": [round(c.master_us, 2) for c in values],
             "ratio_vs_as_is": round(median / base, 3) if base > 0 else None,
             "saves_us": round(base - median, 2),
+            "replica_cpu_us_per_issue": round(statistics.median(c.replica_us for c in values), 2),
+            "replica_repeats": [round(c.replica_us, 2) for c in values],
         }
     return out
 
 
 def table_lines(summarised: dict[str, dict[str, Any]]) -> list[str]:
-    lines = [f"{'variant':14s} {'us/issue':>9s} {'vs as-is':>9s} {'saves us':>9s}  repeats"]
+    head = f"{'variant':14s} {'us/issue':>9s} {'vs as-is':>9s} {'saves us':>9s} {'replica us':>10s}"
+    lines = [f"{head}  repeats (master)"]
     for name, s in summarised.items():
         repeats = " ".join(f"{v:.1f}" for v in s["repeats"])
         cpu, ratio, saves = s["cpu_us_per_issue"], share_cell(s["ratio_vs_as_is"]), s["saves_us"]
-        lines.append(f"{name:14s} {cpu:9.1f} {ratio:>9s} {saves:9.1f}  {repeats}")
+        replica = s["replica_cpu_us_per_issue"]
+        lines.append(f"{name:14s} {cpu:9.1f} {ratio:>9s} {saves:9.1f} {replica:10.1f}  {repeats}")
     return lines
 
 
 async def run(
     settings: RedisSettings, variants: Sequence[Variant], issues: int, per_call: int, repeats: int
-) -> dict[str, list[float]]:
+) -> dict[str, list[Cost]]:
     client = create_redis_cluster(settings)
     await client.initialize()
-    costs: dict[str, list[float]] = {v.name: [] for v in variants}
+    costs: dict[str, list[Cost]] = {v.name: [] for v in variants}
     try:
         for repeat in range(1, repeats + 1):
             for variant in variants:
                 cost = await cost_per_issue(client, variant, issues, per_call)
                 costs[variant.name].append(cost)
-                print(f"repeat {repeat} {variant.name:14s} {cost:6.1f} us/issue", flush=True)
+                print(
+                    f"repeat {repeat} {variant.name:14s} {cost.master_us:6.1f} us/issue, "
+                    f"replica {cost.replica_us:6.1f}",
+                    flush=True,
+                )
     finally:
         await client.aclose()
     return costs
