@@ -115,6 +115,11 @@ bench-revisions: stack-up ## bench-gateway's paths for BEFORE=<git rev> and this
 	@test -n "$(BEFORE)" || { echo "usage: make bench-revisions BEFORE=<git rev>" >&2; exit 2; }
 	$(RUN) python -m flashcoupon_loadtest.bench_revisions --before "$(BEFORE)"
 
+.PHONY: profile
+# py-spy samples each path's serving process; docs/loadtest.md, "make profile".
+profile: stack-up ## where the CPU per request goes (server, application, libraries) for hello-world, issuer, gateway
+	$(RUN) python -m flashcoupon_loadtest.cpu_profile $(if $(PATHS),--paths $(PATHS))
+
 .PHONY: bench-relay bench-wallet bench-master
 bench-relay: stack-up ## outbox relay records/s into Kafka (50k entries) vs naive send_and_wait
 	$(RUN) python -m flashcoupon_loadtest.bench_relay

@@ -174,13 +174,14 @@ def _start(
     bin_dir: Path, script: str, port: int, workers: int, env: Mapping[str, str], tag: str
 ) -> Started:
     LOGS.mkdir(parents=True, exist_ok=True)
-    out = (LOGS / f"bench-gw-{tag}-{script.removeprefix('flashcoupon-')}.log").open("wb")
-    proc = subprocess.Popen(
-        [str(bin_dir / script), "--port", str(port), "--workers", str(workers)],
-        env={**os.environ, **env},
-        stdout=out,
-        stderr=subprocess.STDOUT,
-    )
+    log = LOGS / f"bench-gw-{tag}-{script.removeprefix('flashcoupon-')}.log"
+    with log.open("wb") as out:  # the child has its own descriptor
+        proc = subprocess.Popen(
+            [str(bin_dir / script), "--port", str(port), "--workers", str(workers)],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     wait_ready(f"{url}/readyz", proc=proc, timeout=60)
     return Started(proc, url)
@@ -220,7 +221,8 @@ async def _provision(quantity: int, tag: str) -> tuple[str, int]:
         await redis.aclose()
 
 
-async def _cleanup(event_ids: Sequence[str]) -> None:
+async def delete_events(event_ids: Sequence[str]) -> None:
+    """The state of the events a benchmark provisioned, gone from Redis."""
     redis = create_redis_cluster(RedisSettings.from_env(stack_env()))
     try:
         for event_id in event_ids:
@@ -299,7 +301,7 @@ def run_paths(
                     flush=True,
                 )
     finally:
-        asyncio.run(_cleanup(events))
+        asyncio.run(delete_events(events))
     return kept
 
 

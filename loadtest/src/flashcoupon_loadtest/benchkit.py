@@ -99,8 +99,10 @@ def serve(
     """Start `app` (1 worker) and wait for its /readyz; its output goes to .stack/logs/`log`."""
     LOGS.mkdir(parents=True, exist_ok=True)
     cmd = server_command(app, port, factory=factory, server=server, service=service)
-    out = (LOGS / log).open("wb")
-    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    with (LOGS / log).open("wb") as out:  # the child has its own descriptor
+        proc = subprocess.Popen(
+            cmd, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT
+        )
     wait_ready(f"http://127.0.0.1:{port}/readyz", proc=proc, timeout=60)
     return proc
 
