@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+
+import pytest
+from flashcoupon_loadtest.bench_gateway import chosen_paths
 from flashcoupon_loadtest.cpu_profile import (
     frame_key,
     layer_of,
+    main,
     report_lines,
     summarize,
 )
@@ -78,3 +83,18 @@ def test_report_lines_give_each_layer_in_us_per_request() -> None:
     lines = report_lines({"gateway": path}, top=5)
     assert "140.0 us (70%)" in lines[1] and "40.0 us (20%)" in lines[1] and "200.0" in lines[1]
     assert "   40.0%  Runner.run (asyncio/runners.py)" in lines
+
+
+def test_unknown_paths_and_no_seconds_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--paths", "hello,nope"])
+    assert exit_info.value.code == 2
+    assert "unknown paths ['nope']; choose from hello,issuer" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--seconds", "0"])
+    assert "--seconds must be at least 1" in capsys.readouterr().err
+
+
+def test_chosen_paths_keeps_the_order_and_drops_empty_items() -> None:
+    parser = argparse.ArgumentParser()
+    assert chosen_paths(parser, "gateway,,hello,", ("hello", "gateway")) == ["gateway", "hello"]

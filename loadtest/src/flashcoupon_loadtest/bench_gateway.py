@@ -317,6 +317,15 @@ def hello_path(hello: Started) -> PathSpec:
     return PathSpec("hello", hello.url, pid, "hello", {"hello": pid})
 
 
+def chosen_paths(parser: argparse.ArgumentParser, value: str, known: Sequence[str]) -> list[str]:
+    """The comma-separated paths in `value`, each one of `known`; else the usage error."""
+    chosen = [p for p in value.split(",") if p]
+    unknown = set(chosen) - set(known)
+    if unknown:
+        parser.error(f"unknown paths {sorted(unknown)}; choose from {','.join(known)}")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_gateway", description=__doc__.split("\n")[0])
     parser.add_argument("--users", type=int, default=20_000, help="shoppers per round")
@@ -329,10 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset")
     add_scheduling_option(parser)
     args = parser.parse_args(argv)
-    chosen = [p for p in args.paths.split(",") if p]
-    unknown = set(chosen) - set(PATHS)
-    if unknown:
-        parser.error(f"unknown paths {sorted(unknown)}; choose from {','.join(PATHS)}")
+    chosen = chosen_paths(parser, args.paths, PATHS)
 
     apply_scheduling(args.scheduling)
     env = stack_env()

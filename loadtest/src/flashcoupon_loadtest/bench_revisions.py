@@ -27,6 +27,7 @@ from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.bench_gateway import (
     PathSpec,
     Started,
+    chosen_paths,
     hello_path,
     run_paths,
     service_paths,
@@ -89,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.before.strip():
         ap.error("--before (make bench-revisions BEFORE=<git rev>) is required")
-    kinds = [k for k in args.paths.split(",") if k]
-    if set(kinds) - set(KINDS):
-        ap.error(f"unknown paths {sorted(set(kinds) - set(KINDS))}; choose from {KINDS}")
+    kinds = chosen_paths(ap, args.paths, KINDS)
 
     before_bin = checkout(args.before)
     env = stack_env()

@@ -40,6 +40,7 @@ from typing import Any
 from flashcoupon_loadtest import driver
 from flashcoupon_loadtest.bench_gateway import (
     PathSpec,
+    chosen_paths,
     delete_events,
     hello_path,
     measure_path,
@@ -189,10 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "profile.json")
     add_scheduling_option(parser)
     args = parser.parse_args(argv)
-    chosen = [p for p in args.paths.split(",") if p]
-    unknown = set(chosen) - set(PATHS)
-    if unknown:
-        parser.error(f"unknown paths {sorted(unknown)}; choose from {','.join(PATHS)}")
+    chosen = chosen_paths(parser, args.paths, PATHS)
     if args.seconds <= 0:
         parser.error("--seconds must be at least 1")
 
