@@ -221,8 +221,9 @@ decide = function(held, entries, user, rid, tp)
   described(reply, code, tier, at)
   -- The outbox entry: one field, its values joined by the unit separator (\31), as
   -- CouponIssued.to_outbox makes it. One field instead of one per value: ~9 % of this script's
-  -- CPU per issue, a third of the replica's. Only the user id is free text (printable, yet not checked for \31 here), so
-  -- it goes last: the relay splits off the first twelve values, and the rest is the user's.
+  -- CPU per issue, a third of the replica's. Only the user id is free text (printable, yet
+  -- not checked for \31 here), so it goes last: the relay splits off the first twelve values,
+  -- and the rest is the user's.
   if OUTBOX_ENTRY == 'one-field' then
     redis.call('XADD', KEYS[4], '*', 'v', table.concat({cfg[9], tostring(#entries + 1), code,
       reply[6], reply[7], reply[8], reply[9], reply[10], at, reply[12], rid, tp, user}, '\31'))
