@@ -8,6 +8,7 @@ every invariant PASS, checked by the demo against Redis and MySQL directly.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,12 @@ def test_small_demo_passes_every_invariant(stack: Any, mysql_url: str, tmp_path:
     assert set(peaks) == names and all(mib > 10 for mib in peaks.values()), peaks
     assert set(report["burst_cpu"]) == names, report["burst_cpu"]
     assert all(c["cpu_seconds"] > 0 for n, c in report["burst_cpu"].items() if "gateway" in n)
+    # Each phase's CPU: the services, the stack's servers, the driver, what the box was busy.
+    phases = report["phase_cpu"]
+    assert list(phases) == ["issuing", "sold_out"], phases
+    roles = {"gateway", "issuer", "relay", "persister", "redis", "kafka", "mariadb", "driver"}
+    assert roles <= set(phases["issuing"]["cores"]), phases["issuing"]["cores"]
+    assert all(phases["issuing"]["cores"][r] > 0 for r in ("gateway", "issuer", "redis"))
+    assert sum(p["answers"] for p in phases.values()) == summary["requests"]
+    assert 0 < phases["sold_out"]["box_cores"] <= (os.cpu_count() or 1) + 0.2  # tick jitter
+    assert "phase CPU     issuing" in proc.stdout

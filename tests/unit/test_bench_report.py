@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from flashcoupon_loadtest.demo_report import BASELINE_TARGET, baseline, burst_cpu
+from flashcoupon_loadtest.demo_report import BASELINE_TARGET, baseline
 from flashcoupon_loadtest.driver import firing_window
 from flashcoupon_loadtest.procstat import (
     box_cpu_seconds,
@@ -50,6 +50,7 @@ def test_proc_parsing() -> None:
     # The command name may hold spaces and ')': fields count from the last ')'.
     line = "42 (a) b) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 3 4 20 0 1 0 9 0 0"
     assert stat_cpu_ticks(line) == 325
+    assert stat_cpu_ticks(line, reaped_children=True) == 325 + 3 + 4
     status = "Name:\tpython\nVmPeak:\t  300000 kB\nVmHWM:\t   81920 kB\nVmRSS:\t 40000 kB\n"
     assert status_kib(status, "VmHWM") == 81920
     assert status_kib(status, "VmSwap") is None
@@ -84,18 +85,11 @@ def test_this_process_is_readable() -> None:
     assert peaks["gone"] is None
 
 
-def test_burst_cpu_per_process() -> None:
-    got = burst_cpu(
-        {"gateway-1": 10.0, "issuer-1": 2.0, "gone": 1.0},
-        {"gateway-1": 12.0, "issuer-1": 2.5},
-        answers=10_000,
-        seconds=4.0,
-    )
-    assert got == {
+def test_burst_cpu_line() -> None:
+    got = {
         "gateway-1": {"cpu_seconds": 2.0, "core_share": 0.5, "us_per_answer": 200.0},
         "issuer-1": {"cpu_seconds": 0.5, "core_share": 0.125, "us_per_answer": 50.0},
     }
-    assert burst_cpu({}, {"a": 1.0}, answers=1, seconds=1.0) is None
     assert cpu_lines(got) == [
         "  burst CPU     gateway-1 2.0 s (50% of a core, 200 us/answer), "
         "issuer-1 0.5 s (12% of a core, 50 us/answer)"

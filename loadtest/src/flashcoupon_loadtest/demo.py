@@ -38,6 +38,7 @@ from flashcoupon_common.settings import KafkaSettings, MysqlSettings, RedisSetti
 
 from flashcoupon_loadtest import driver, observe, prometheus
 from flashcoupon_loadtest.benchkit import hello_baseline
+from flashcoupon_loadtest.cpu_watch import CpuWatch, stack_pids
 from flashcoupon_loadtest.demo_report import drop_report, progress_line, replay_check
 from flashcoupon_loadtest.drop import (
     DEFAULT_MANIFEST,
@@ -47,12 +48,13 @@ from flashcoupon_loadtest.drop import (
 )
 from flashcoupon_loadtest.invariants import check_event
 from flashcoupon_loadtest.localrun import (
+    ROOT,
     LocalServices,
     add_scheduling_option,
     apply_scheduling,
     stack_env,
 )
-from flashcoupon_loadtest.procstat import cpu_seconds, peak_rss_mib
+from flashcoupon_loadtest.procstat import peak_rss_mib
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
 from flashcoupon_loadtest.stats import ISSUED
@@ -228,13 +230,8 @@ async def _drop(
     # A 50 ms margin: a press that reaches Redis before startAt is (rightly) NOT_STARTED.
     stop = threading.Event()
     pids = pids or {}
-    cpu_at_go: dict[str, float] = {}
-    # Sampled at the go from a timer thread: the wait for startAt is not part of the burst.
-    go = threading.Timer(
-        max(0.0, start_at.timestamp() + 0.05 - time.time()),
-        lambda: cpu_at_go.update(_cpu(pids)),
-    )
-    go.start()
+    stack_dir = Path(os.environ.get("FLASHCOUPON_STACK_DIR") or ROOT / ".stack")
+    cpu = CpuWatch(pids, stack_pids(stack_dir)).start()
     try:
         result = await asyncio.to_thread(
             driver.run,
@@ -249,8 +246,7 @@ async def _drop(
         stop.set()  # Ctrl-C: the thread would otherwise finish the whole burst first
         raise
     finally:
-        go.cancel()
-    cpu_at_end = _cpu(pids)
+        cpu.stop()
     if sys.stdout.isatty():
         print()
     records = result.records
@@ -288,8 +284,8 @@ async def _drop(
         checks=checks,
         hello=hello,
         peak_rss=peak_rss,
-        cpu_at_go=cpu_at_go,
-        cpu_at_end=cpu_at_end,
+        cpu_samples=cpu.samples,
+        services=list(pids),
     )
     print(format_report(report, checks))
     args.results_dir.mkdir(parents=True, exist_ok=True)
@@ -304,10 +300,6 @@ async def _drop(
     )
     print(f"report {json_path}\nplot   {png_path}")
     return 0 if report["passed"] else 1
-
-
-def _cpu(pids: dict[str, int]) -> dict[str, float]:
-    return {name: cpu_seconds(pid) for name, pid in pids.items()}  # a dead process reads 0
 
 
 def _hello_baseline(args: argparse.Namespace) -> dict[str, Any]:

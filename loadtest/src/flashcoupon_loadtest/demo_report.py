@@ -12,10 +12,11 @@ import argparse
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from flashcoupon_loadtest.cpu_watch import CpuSample, phase_cpu, window_cpu
 from flashcoupon_loadtest.driver import Progress
 from flashcoupon_loadtest.drop import PipelineWatch
 from flashcoupon_loadtest.invariants import Check, all_passed
@@ -77,11 +78,12 @@ def drop_report(
     checks: list[Check],
     hello: Mapping[str, Any] | None = None,
     peak_rss: Mapping[str, float | None] | None = None,
-    cpu_at_go: Mapping[str, float] | None = None,
-    cpu_at_end: Mapping[str, float] | None = None,
+    cpu_samples: Sequence[CpuSample] = (),
+    services: Collection[str] = (),
 ) -> dict[str, Any]:
     summary = summarize(records, quantity=args.coupons)
-    burst_end = max(r.t_end for r in records)
+    go, burst_end = min(r.t_start for r in records), max(r.t_end for r in records)
+    sold_out = None if summary["sell_out_seconds"] is None else go + summary["sell_out_seconds"]
     return {
         "event_id": event_id,
         "started": datetime.fromtimestamp(t_begin, UTC).isoformat(),
@@ -105,11 +107,19 @@ def drop_report(
         "baseline": baseline(summary["throughput_rps"], hello),
         # Peak resident memory (VmHWM, MiB) of every process the demo started, read at the end.
         "peak_rss_mib": dict(peak_rss) if peak_rss is not None else None,
-        "burst_cpu": burst_cpu(
-            cpu_at_go,
-            cpu_at_end,
-            answers=len(records),
-            seconds=burst_end - min(r.t_start for r in records),
+        # Each service process's CPU from the go to the last answer: which one the burst waits on.
+        "burst_cpu": (
+            window_cpu(cpu_samples, go, burst_end, answers=len(records), names=services)
+            if len(cpu_samples) > 1 and services
+            else None
+        ),
+        # Every process's (the stack's servers and the driver too) in each phase of the drop.
+        "phase_cpu": phase_cpu(
+            cpu_samples,
+            go=go,
+            sold_out=sold_out,
+            end=burst_end,
+            answer_times=[r.t_end for r in records],
         ),
         "invariants": [c.to_json() for c in checks],
         "passed": all_passed(checks),
@@ -136,30 +146,6 @@ def baseline(answers_rps: float, hello: Mapping[str, Any] | None) -> dict[str, A
         "met": ratio is not None and ratio >= BASELINE_TARGET,
         "hello": dict(hello),
     }
-
-
-def burst_cpu(
-    at_go: Mapping[str, float] | None,
-    at_end: Mapping[str, float] | None,
-    *,
-    answers: int,
-    seconds: float,
-) -> dict[str, dict[str, float]] | None:
-    """Each service process's CPU from the go to the last answer: seconds, share of one core,
-    µs per answer — which process the burst is waiting on (None: not sampled)."""
-    if not at_go or not at_end:
-        return None
-    out = {}
-    for name in at_go:
-        if name not in at_end:
-            continue
-        used = max(0.0, at_end[name] - at_go[name])
-        out[name] = {
-            "cpu_seconds": round(used, 2),
-            "core_share": round(used / seconds, 3) if seconds > 0 else 0.0,
-            "us_per_answer": round(used * 1e6 / answers, 1) if answers else 0.0,
-        }
-    return out
 
 
 def persisted_after(

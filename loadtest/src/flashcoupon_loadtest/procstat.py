@@ -17,10 +17,14 @@ from pathlib import Path
 MIB = 1024 * 1024
 
 
-def stat_cpu_ticks(stat_line: str) -> int:
-    """utime + stime (clock ticks) from one /proc/<pid>/stat line (the name may hold ')')."""
+def stat_cpu_ticks(stat_line: str, *, reaped_children: bool = False) -> int:
+    """utime + stime (clock ticks) from one /proc/<pid>/stat line (the name may hold ')'),
+    plus cutime + cstime (children it has waited for) if asked."""
     fields = stat_line.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks
 
 
 def box_ticks(proc_stat: str) -> tuple[int, int]:
@@ -77,6 +81,16 @@ def cpu_seconds(pid: int) -> float:
         except OSError:
             continue
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds(pid: int, *, reaped_children: bool = False) -> float:
+    """CPU time of one process (all its threads, no descendants), plus that of the children it
+    has waited for if asked; 0.0 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    return stat_cpu_ticks(stat, reaped_children=reaped_children) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mib(pids: Mapping[str, int]) -> dict[str, float | None]:

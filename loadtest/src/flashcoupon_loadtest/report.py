@@ -74,6 +74,7 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         f"first answer; {s['retry_stale_sold_out']} got a stale SOLD_OUT (see invariant 6)",
         *baseline_lines(report.get("baseline"), report.get("peak_rss_mib")),
         *cpu_lines(report.get("burst_cpu")),
+        *phase_cpu_lines(report.get("phase_cpu")),
         f"  driver        {report['driver_cpu_seconds']:.1f} CPU-s for {s['requests']:,} requests "
         f"({report['driver_cpu_seconds'] / max(1e-9, report['burst_seconds']):.0%} of one core "
         "during the burst)",
@@ -121,6 +122,20 @@ def cpu_lines(burst_cpu: dict[str, dict[str, float]] | None) -> list[str]:
         for name, c in burst_cpu.items()
     ]
     return ["  burst CPU     " + ", ".join(cells)]
+
+
+def phase_cpu_lines(phases: dict[str, dict[str, Any]] | None) -> list[str]:
+    """Per phase of the drop: the box's busy cores and what each role took of them."""
+    lines = []
+    for i, (phase, p) in enumerate((phases or {}).items()):
+        roles = ", ".join(f"{name} {cores:.2f}" for name, cores in p["cores"].items())
+        busy = "n/a" if p["box_cores"] is None else f"{p['box_cores']:.2f}"
+        lines.append(
+            ("  phase CPU     " if i == 0 else " " * 16)
+            + f"{phase.replace('_', '-')} {_s(p['seconds'])}, {p['answers']:,} answers, "
+            f"{busy} cores busy: {roles}"
+        )
+    return lines
 
 
 def _clean(value: Any) -> Any:
