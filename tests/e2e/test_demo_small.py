@@ -63,3 +63,10 @@ def test_small_demo_passes_every_invariant(stack: Any, mysql_url: str, tmp_path:
     assert sum(p["answers"] for p in phases.values()) == summary["requests"]
     assert 0 < phases["sold_out"]["box_cores"] <= (os.cpu_count() or 1) + 0.2  # tick jitter
     assert "phase CPU     issuing" in proc.stdout
+    # Each Redis server's busiest commands: the event's master ran issue.lua (EVALSHA) and
+    # its outbox entries (XADD inside the script), one call per coupon at most.
+    servers = report["redis_calls"]
+    masters = [s["commands"] for s in servers.values() if s["role"] == "master"]
+    assert any("evalsha" in c for c in masters), servers
+    assert any(0 < c.get("evalsha", {}).get("calls", 0) <= COUPONS * 2 for c in masters), servers
+    assert "redis calls   " in proc.stdout

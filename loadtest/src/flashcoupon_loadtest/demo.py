@@ -55,6 +55,7 @@ from flashcoupon_loadtest.localrun import (
     stack_env,
 )
 from flashcoupon_loadtest.procstat import peak_rss_mib
+from flashcoupon_loadtest.redis_calls import command_delta, read_commandstats
 from flashcoupon_loadtest.report import format_report, plot, write_json
 from flashcoupon_loadtest.scenarios import Burst
 from flashcoupon_loadtest.stats import ISSUED
@@ -232,6 +233,7 @@ async def _drop(
     pids = pids or {}
     stack_dir = Path(os.environ.get("FLASHCOUPON_STACK_DIR") or ROOT / ".stack")
     cpu = CpuWatch(pids, stack_pids(stack_dir)).start()
+    redis_before = await read_commandstats(redis)
     try:
         result = await asyncio.to_thread(
             driver.run,
@@ -247,6 +249,7 @@ async def _drop(
         raise
     finally:
         cpu.stop()
+    redis_calls = command_delta(redis_before, await read_commandstats(redis))
     if sys.stdout.isatty():
         print()
     records = result.records
@@ -286,6 +289,7 @@ async def _drop(
         peak_rss=peak_rss,
         cpu_samples=cpu.samples,
         services=list(pids),
+        redis_calls=redis_calls,
     )
     print(format_report(report, checks))
     args.results_dir.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,7 @@ def drop_report(
     peak_rss: Mapping[str, float | None] | None = None,
     cpu_samples: Sequence[CpuSample] = (),
     services: Collection[str] = (),
+    redis_calls: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     summary = summarize(records, quantity=args.coupons)
     go, burst_end = min(r.t_start for r in records), max(r.t_end for r in records)
@@ -121,6 +122,8 @@ def drop_report(
             end=burst_end,
             answer_times=[r.t_end for r in records],
         ),
+        # Each Redis server's busiest commands from the go to the last answer (redis_calls).
+        "redis_calls": dict(redis_calls) if redis_calls is not None else None,
         "invariants": [c.to_json() for c in checks],
         "passed": all_passed(checks),
         "pipeline": samples,

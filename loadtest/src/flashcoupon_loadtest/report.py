@@ -75,6 +75,7 @@ def format_report(report: dict[str, Any], checks: Sequence[Check]) -> str:
         *baseline_lines(report.get("baseline"), report.get("peak_rss_mib")),
         *cpu_lines(report.get("burst_cpu")),
         *phase_cpu_lines(report.get("phase_cpu")),
+        *redis_call_lines(report.get("redis_calls")),
         f"  driver        {report['driver_cpu_seconds']:.1f} CPU-s for {s['requests']:,} requests "
         f"({report['driver_cpu_seconds'] / max(1e-9, report['burst_seconds']):.0%} of one core "
         "during the burst)",
@@ -135,6 +136,19 @@ def phase_cpu_lines(phases: dict[str, dict[str, Any]] | None) -> list[str]:
             + f"{phase.replace('_', '-')} {_s(p['seconds'])}, {p['answers']:,} answers, "
             f"{busy} cores busy: {roles}"
         )
+    return lines
+
+
+def redis_call_lines(servers: dict[str, dict[str, Any]] | None, *, top: int = 3) -> list[str]:
+    """Per Redis server, busiest first: its role and its busiest commands during the burst."""
+    lines = []
+    for i, (node, s) in enumerate((servers or {}).items()):
+        calls = ", ".join(
+            f"{name} {c['calls']:,} x {c['usec_per_call']:.1f} us"
+            for name, c in list(s["commands"].items())[:top]
+        )
+        head = "  redis calls   " if i == 0 else " " * 16
+        lines.append(f"{head}{node} {s['role']}: {calls}")
     return lines
 
 
