@@ -1,8 +1,9 @@
 """Free TCP ports on 127.0.0.1 for servers the tests start.
 
-`free_port` is the one the local run of the services uses (flashcoupon_loadtest.localrun): the
-kernel picks an unused port. A port found free may be taken before the server binds it; the
-window is short and the tests that start servers fail loudly (not ready) when it happens.
+`free_port` is the one the local run of the services uses (flashcoupon_loadtest.localrun): a
+port below the kernel's ephemeral range that is free now, so no outgoing connection can take it
+before the server binds it; another server could, and the tests that start servers fail loudly
+(not ready) when that happens.
 """
 
 from __future__ import annotations

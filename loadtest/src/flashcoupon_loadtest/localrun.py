@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -48,10 +49,52 @@ def git(*args: str) -> str:
     ).stdout
 
 
+# Where free_port looks first: below the kernel's ephemeral range (32768-60999 by default) and
+# clear of the stacks' fixed ports (Redis 17000-18005 and their cluster bus +10000, Kafka
+# 18092-19192, MariaDB 23306) and of Kubernetes' NodePorts (30000-32767).
+SERVER_PORTS = range(24000, 27000)
+
+
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now, for a server about to bind it.
+
+    Not one the kernel picks (bind to port 0): that comes from the ephemeral range, which the
+    kernel also hands to every outgoing connection as its local port, so between this call and
+    the server's bind a client (the driver, a service's connection to Redis or Kafka) could get
+    it, and the server would fail with "address already in use" — `make demo --concurrency
+    512` once did at start-up. A port of `SERVER_PORTS` can only be taken by another server.
+    The kernel's pick is the fallback when the range is full or overlaps the ephemeral one.
+
+    Each call goes on from where the last one stopped (from a random place in the first), so a
+    process is not handed the same port twice before its servers bind them, as the services of
+    one run are picked all at once.
+    """
+    global _cursor
+    if SERVER_PORTS.stop <= _ephemeral_start():
+        with _cursor_lock:
+            for _ in range(len(SERVER_PORTS)):
+                port = SERVER_PORTS[_cursor]
+                _cursor = (_cursor + 1) % len(SERVER_PORTS)
+                with socket.socket() as s:
+                    try:
+                        s.bind(("127.0.0.1", port))
+                    except OSError:
+                        continue
+                    return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+_cursor = random.randrange(len(SERVER_PORTS))
+_cursor_lock = threading.Lock()
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def wait_ready(
