@@ -74,13 +74,7 @@ def descendants(pid: int) -> list[int]:
 
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) `pid` and its live descendants have used so far."""
-    ticks = 0
-    for p in descendants(pid):
-        try:
-            ticks += stat_cpu_ticks(Path(f"/proc/{p}/stat").read_text())
-        except OSError:
-            continue
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(own_cpu_seconds(p) for p in descendants(pid))
 
 
 def own_cpu_seconds(pid: int, *, reaped_children: bool = False) -> float:

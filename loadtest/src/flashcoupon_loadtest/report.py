@@ -127,29 +127,32 @@ def cpu_lines(burst_cpu: dict[str, dict[str, float]] | None) -> list[str]:
 
 def phase_cpu_lines(phases: dict[str, dict[str, Any]] | None) -> list[str]:
     """Per phase of the drop: the box's busy cores and what each role took of them."""
-    lines = []
-    for i, (phase, p) in enumerate((phases or {}).items()):
+    rows = []
+    for phase, p in (phases or {}).items():
         roles = ", ".join(f"{name} {cores:.2f}" for name, cores in p["cores"].items())
         busy = "n/a" if p["box_cores"] is None else f"{p['box_cores']:.2f}"
-        lines.append(
-            ("  phase CPU     " if i == 0 else " " * 16)
-            + f"{phase.replace('_', '-')} {_s(p['seconds'])}, {p['answers']:,} answers, "
+        rows.append(
+            f"{phase.replace('_', '-')} {_s(p['seconds'])}, {p['answers']:,} answers, "
             f"{busy} cores busy: {roles}"
         )
-    return lines
+    return _labelled("phase CPU", rows)
 
 
 def redis_call_lines(servers: dict[str, dict[str, Any]] | None, *, top: int = 3) -> list[str]:
     """Per Redis server, busiest first: its role and its busiest commands during the burst."""
-    lines = []
-    for i, (node, s) in enumerate((servers or {}).items()):
+    rows = []
+    for node, s in (servers or {}).items():
         calls = ", ".join(
             f"{name} {c['calls']:,} x {c['usec_per_call']:.1f} us"
             for name, c in list(s["commands"].items())[:top]
         )
-        head = "  redis calls   " if i == 0 else " " * 16
-        lines.append(f"{head}{node} {s['role']}: {calls}")
-    return lines
+        rows.append(f"{node} {s['role']}: {calls}")
+    return _labelled("redis calls", rows)
+
+
+def _labelled(label: str, rows: list[str]) -> list[str]:
+    """The report's block of several lines: the label in the first, the rest indented under it."""
+    return [f"  {label if i == 0 else '':<14}{row}" for i, row in enumerate(rows)]
 
 
 def _clean(value: Any) -> Any:
