@@ -15,7 +15,7 @@ from flashcoupon_loadtest.cpu_watch import (
     CpuWatch,
     by_role,
     cpu_at,
-    driver_cpu_seconds,
+    load_side_cpu_seconds,
     phase_cpu,
     role,
     stack_pids,
@@ -107,7 +107,7 @@ def test_watch_reads_real_processes_and_keeps_services_out_of_the_driver() -> No
         last = samples[-1][1]
         assert set(last) == {"gateway-1", "me", DRIVER, BOX}
         assert last["gateway-1"] >= 0.35  # the service's burn is its own, not the driver's:
-        assert driver_cpu_seconds([]) - driver_cpu_seconds([service.pid]) >= 0.35
+        assert load_side_cpu_seconds([]) - load_side_cpu_seconds([service.pid]) >= 0.35
         assert len(samples) >= 3 and samples[-1][0] > samples[0][0]
     finally:
         service.kill()

@@ -56,9 +56,10 @@ def stack_pids(stack_dir: Path) -> dict[str, int]:
     return found
 
 
-def driver_cpu_seconds(services: Collection[int]) -> float:
-    """The demo's own process and its children that are not services (the driver's processes,
-    counted after they exit too, through the demo's reaped-children times)."""
+def load_side_cpu_seconds(services: Collection[int]) -> float:
+    """The load side: the demo's own process and its children that are not services (the
+    driver's processes, counted after they exit too, through the demo's reaped-children times).
+    Not the report's `driver_cpu_seconds`, which the driver processes measure of themselves."""
     me = os.getpid()
     skip = {p for pid in services for p in descendants(pid)}
     children = [p for p in descendants(me) if p != me and p not in skip]
@@ -85,7 +86,7 @@ class CpuWatch:
     def read(self) -> dict[str, float]:
         used = {name: cpu_seconds(pid) for name, pid in self.services.items()}
         used.update({name: own_cpu_seconds(pid) for name, pid in self.stack.items()})
-        used[DRIVER] = driver_cpu_seconds(self.services.values())
+        used[DRIVER] = load_side_cpu_seconds(self.services.values())
         used[BOX] = box_cpu_seconds()[0]
         return used
 
