@@ -2,13 +2,12 @@
 
 A test that stops or kills a server must not touch the shared stack other tests use, so it
 starts its own instance through scripts/stack.sh with its own state dir and ports, and can
-stop/start it at will. Ports are picked from a range per test run.
+stop/start it at will, on ports of its own (localrun.free_port_run).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import tempfile
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.paths import ROOT
-from tests.support.ports import free_port_pair, port_is_free
+from tests.support.ports import free_port_run
 
 STACK = ROOT / "scripts" / "stack.sh"
 
@@ -65,7 +64,7 @@ class PrivateServer:
 
 def private_kafka() -> tuple[PrivateServer, str]:
     """A stopped private Kafka broker and its bootstrap address; call .start()."""
-    port = free_port_pair()
+    port = free_port_run(1, offset=100)
     state = tempfile.mkdtemp(prefix="fc-kafka-")
     env = {
         "FLASHCOUPON_STACK_DIR": state,
@@ -78,7 +77,7 @@ def private_kafka() -> tuple[PrivateServer, str]:
 
 def private_mariadb() -> tuple[PrivateServer, str]:
     """A stopped private MariaDB and its SQLAlchemy URL (database `flashcoupon`); call .start()."""
-    port = free_port_pair()
+    port = free_port_run(1)
     state = tempfile.mkdtemp(prefix="fc-mariadb-")
     env = {"FLASHCOUPON_STACK_DIR": state, "MYSQL_PORT": str(port)}
     return PrivateServer(
@@ -89,16 +88,12 @@ def private_mariadb() -> tuple[PrivateServer, str]:
 def private_redis(nodes: int = 6, replicas: int = 1) -> tuple[PrivateServer, list[int]]:
     """A stopped private Redis Cluster and its node ports; call .start().
 
-    Cluster nodes also listen on port+10000 (the cluster bus), so the base port is picked
-    below 55000 with both ranges free.
+    Cluster nodes also listen on port+10000 (the cluster bus): localrun.free_port_run picks
+    both below the kernel's ephemeral range, so no outgoing connection can take a node's port
+    between this pick and its bind.
     """
-    for _ in range(100):
-        base = random.randrange(40000, 55000 - nodes)
-        ports = list(range(base, base + nodes))
-        if all(port_is_free(p) and port_is_free(p + 10000) for p in ports):
-            break
-    else:
-        raise RuntimeError("no free port range for a private Redis Cluster")
+    base = free_port_run(nodes, offset=10000)
+    ports = list(range(base, base + nodes))
     state = tempfile.mkdtemp(prefix="fc-redis-")
     env = {
         "FLASHCOUPON_STACK_DIR": state,

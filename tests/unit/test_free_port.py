@@ -1,11 +1,14 @@
-"""free_port: server ports below the kernel's ephemeral range, never the same one twice in a row."""
+"""free_port: server ports below the kernel's ephemeral range, never the same one twice in a row;
+free_port_run: a private stack's run of ports (and their bus ports), below it too."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
 
-from flashcoupon_loadtest.localrun import SERVER_PORTS, free_port
+import pytest
+from flashcoupon_loadtest import localrun
+from flashcoupon_loadtest.localrun import PRIVATE_PORTS, SERVER_PORTS, free_port, free_port_run
 
 
 def test_ports_come_from_below_the_ephemeral_range_and_do_not_repeat() -> None:
@@ -24,3 +27,38 @@ def test_a_port_in_use_is_skipped() -> None:
         # Walk the whole range once: the held port must never come back while it is bound.
         seen = {free_port() for _ in range(len(SERVER_PORTS) - 1)}
     assert first not in seen
+
+
+def _ephemeral_low() -> int:
+    return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+
+
+def test_a_private_run_and_its_bus_lie_below_the_ephemeral_range() -> None:
+    for _ in range(20):
+        base = free_port_run(6, offset=10000)
+        assert PRIVATE_PORTS.start <= base and base + 6 <= PRIVATE_PORTS.stop
+        assert base + 6 + 10000 <= _ephemeral_low()
+        # Never in the shared stack's or a service's ports.
+        assert not {*range(base, base + 6), *range(base + 10000, base + 10006)} & {
+            *range(17000, 17006),
+            *range(27000, 27006),
+            19092,
+            19192,
+            13306,
+            *SERVER_PORTS,
+        }
+
+
+def test_a_run_with_a_port_in_use_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A range of 8 whose bus port for one base is held: only runs clear of it come back.
+    monkeypatch.setattr(localrun, "PRIVATE_PORTS", range(2400, 2408))
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 12403))  # the bus of port 2403
+        held.listen()
+        bases = {free_port_run(2, offset=10000) for _ in range(100)}
+    assert bases == {2400, 2401, 2404, 2405}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 2402))
+        held.listen()
+        with pytest.raises(RuntimeError, match="no free run of 7 ports"):
+            free_port_run(7)

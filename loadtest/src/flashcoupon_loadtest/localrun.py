@@ -51,8 +51,35 @@ def git(*args: str) -> str:
 
 # Where free_port looks first: below the kernel's ephemeral range (32768-60999 by default) and
 # clear of the stacks' fixed ports (Redis 17000-18005 and their cluster bus +10000, Kafka
-# 18092-19192, MariaDB 23306) and of Kubernetes' NodePorts (30000-32767).
+# 18092-19192, MariaDB 13306 and 23306) and of Kubernetes' NodePorts (30000-32767).
 SERVER_PORTS = range(24000, 27000)
+# Where private stacks go (the tests' private Redis, Kafka and MariaDB, chaos rows and their
+# proxies: free_port_run): with a Redis cluster bus at +10000 (12400-13299) or a Kafka
+# controller at +100, still clear of every fixed port the scripts use (Kubernetes' 11xxx and
+# etcd's 12379-12380, MariaDB's 13306, Jaeger's 14xxx and 16xxx, the stacks' above) and below
+# the ephemeral range, for the same reason as SERVER_PORTS.
+PRIVATE_PORTS = range(2400, 3300)
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a server could bind 127.0.0.1:`port` now."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port_run(count: int, *, offset: int = 0) -> int:
+    """A base port b of PRIVATE_PORTS with b..b+count-1 free now, and b+offset.. too when an
+    offset is given (a Redis node's cluster bus, a Kafka broker's controller port)."""
+    for _ in range(200):
+        base = random.randrange(PRIVATE_PORTS.start, PRIVATE_PORTS.stop - count)
+        ports = range(base, base + count)
+        if all(port_is_free(p) and (not offset or port_is_free(p + offset)) for p in ports):
+            return base
+    raise RuntimeError(f"no free run of {count} ports in {PRIVATE_PORTS}")
 
 
 def free_port() -> int:
@@ -75,11 +102,7 @@ def free_port() -> int:
             for _ in range(len(SERVER_PORTS)):
                 port = SERVER_PORTS[_cursor]
                 _cursor = (_cursor + 1) % len(SERVER_PORTS)
-                with socket.socket() as s:
-                    try:
-                        s.bind(("127.0.0.1", port))
-                    except OSError:
-                        continue
+                if port_is_free(port):
                     return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

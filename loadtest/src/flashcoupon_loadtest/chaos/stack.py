@@ -1,7 +1,7 @@
 """A private server stack for chaos rows: its own Redis Cluster, Kafka and MariaDB.
 
 Everything is started through scripts/stack.sh with its own FLASHCOUPON_STACK_DIR and free
-ports (never the shared stack on 17000-17005/19092/13306 that other tests use), so a row may
+ports (localrun.free_port_run: never the shared stack's that other tests use), so a row may
 kill, freeze and restart any server. The gateway's own Redis Cluster (3 masters, no replicas)
 is started only for the row that takes it away, a 3-broker Kafka (RF 3, min.insync.replicas 2)
 only for the row that kills one of its brokers. The broker has a second listener advertised at a
@@ -16,40 +16,18 @@ a Kafka round trip, a MariaDB login).
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flashcoupon_loadtest.localrun import free_port_run
+
 ROOT = Path(__file__).resolve().parents[4]
 STACK = ROOT / "scripts" / "stack.sh"
-SHARED_PORTS = {*range(17000, 17006), *range(27000, 27006), 19092, 19192, 13306}
-
-
-def _free(port: int) -> bool:
-    if port in SHARED_PORTS:
-        return False
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def _port_range(count: int, *, offset: int = 0, low: int = 40000, high: int = 55000) -> int:
-    """A base port b with b..b+count-1 (and the same +offset, when given) all free."""
-    for _ in range(200):
-        base = random.randrange(low, high - count)
-        ports = range(base, base + count)
-        if all(_free(p) and (not offset or _free(p + offset)) for p in ports):
-            return base
-    raise RuntimeError(f"no free range of {count} ports")
 
 
 @dataclass
@@ -64,8 +42,8 @@ class PrivateStack:
 
     def __post_init__(self) -> None:
         if not self.env:
-            redis_base = _port_range(self.redis_nodes, offset=10000)
-            kafka = _port_range(1, offset=100)
+            redis_base = free_port_run(self.redis_nodes, offset=10000)
+            kafka = free_port_run(1, offset=100)
             self.env = {
                 "FLASHCOUPON_STACK_DIR": str(self.state),
                 "REDIS_BASE_PORT": str(redis_base),
@@ -74,9 +52,9 @@ class PrivateStack:
                 "KAFKA_BASE_PORT": str(kafka),
                 "KAFKA_CONTROLLER_BASE_PORT": str(kafka + 100),
                 "KAFKA_HEAP": "384m",
-                "KAFKA_PROXIED_BASE_PORT": str(_port_range(1)),
-                "KAFKA_PROXIED_ADVERTISED_BASE_PORT": str(_port_range(1, low=30000, high=39000)),
-                "MYSQL_PORT": str(_port_range(1)),
+                "KAFKA_PROXIED_BASE_PORT": str(free_port_run(1)),
+                "KAFKA_PROXIED_ADVERTISED_BASE_PORT": str(free_port_run(1)),
+                "MYSQL_PORT": str(free_port_run(1)),
             }
 
     # ---- addresses
@@ -146,7 +124,7 @@ class PrivateStack:
     def start_gateway_redis(self) -> PrivateStack:
         """A second, replica-less Redis Cluster for the gateway (rate limits, waiting room)."""
         if self.gateway_redis is None:
-            base = _port_range(3, offset=10000)
+            base = free_port_run(3, offset=10000)
             state = self.state / "gateway-redis"
             env = {
                 "FLASHCOUPON_STACK_DIR": str(state),
@@ -161,7 +139,7 @@ class PrivateStack:
     def start_kafka3(self) -> PrivateStack:
         """A second Kafka of 3 brokers (RF 3, min.insync.replicas 2 by stack.sh's rule)."""
         if self.kafka3 is None:
-            base = _port_range(3, offset=100)
+            base = free_port_run(3, offset=100)
             state = self.state / "kafka3"
             env = {
                 "FLASHCOUPON_STACK_DIR": str(state),

@@ -29,8 +29,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from flashcoupon_loadtest.chaos.stack import ROOT, PrivateStack, _cli, _port_range
-from flashcoupon_loadtest.localrun import free_port
+from flashcoupon_loadtest.chaos.stack import ROOT, PrivateStack, _cli
+from flashcoupon_loadtest.localrun import free_port, free_port_run
 
 BIN = ROOT / ".cache" / "bin" / "toxiproxy-server"
 MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0"
@@ -165,7 +165,7 @@ class RedisProxies(Toxiproxy):
 
     def __init__(self, stack: PrivateStack, log_dir: Path) -> None:
         self.stack = stack
-        self.base = _port_range(len(stack.redis_ports), low=30000, high=39000)
+        self.base = free_port_run(len(stack.redis_ports))
         self.proxy_of = {p: self.base + i for i, p in enumerate(stack.redis_ports)}
         routes = {f"redis-{p}": (proxy, p) for p, proxy in self.proxy_of.items()}
         super().__init__(routes, log_dir)
