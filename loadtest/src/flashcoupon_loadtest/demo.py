@@ -82,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--processes", type=int, default=1, help="driver worker processes (1)")
     ap.add_argument("--gateways", type=int, default=2, help="gateway processes started (2)")
+    ap.add_argument("--issuers", type=int, default=2, help="issuer processes started (2)")
     ap.add_argument(
         "--baseline-requests",
         type=int,
@@ -122,7 +123,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--mysql-url", help="check this database (default FLASHCOUPON_MYSQL_URL)")
     add_scheduling_option(ap)
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.gateways < 1 or args.issuers < 1:
+        ap.error("--gateways and --issuers must each be at least 1")
+    return args
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -143,6 +147,7 @@ async def run(args: argparse.Namespace) -> int:
             await create_topics(kafka.bootstrap, topic, partitions=6)
             services = LocalServices(
                 gateways=args.gateways,
+                issuers=args.issuers,
                 jwt_secret=args.jwt_secret,
                 env={"FLASHCOUPON_MYSQL_URL": env["FLASHCOUPON_MYSQL_URL"]},
                 per_service_env={
