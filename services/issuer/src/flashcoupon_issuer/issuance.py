@@ -6,9 +6,8 @@ request carrying an Idempotency-Key may repeat one that got a coupon just before
 out, and must get that coupon back. Clients send a key with every press, so sending keyed
 requests to Redis would put the whole sold-out storm back on Redis; instead each process keeps
 the keyed coupons it issued recently (`ReplayCache`) and answers those retries from it. A retry
-that reaches a *different* issuer process after the sell-out is answered SOLD_OUT although the
-shopper holds the coupon (it is in their wallet); a gateway routing by user avoids that
-(docs/issuer.md).
+that reaches a *different* issuer process after the sell-out costs a script call instead (the
+next paragraph); a gateway routing by user keeps it local (docs/deploy.md, "Issuer routing").
 
 The local flag answers SOLD_OUT only to users known to hold nothing (flashcoupon_common.holders:
 the event's holders, loaded once per sell-out): a holder whose first answer was lost — a timeout
