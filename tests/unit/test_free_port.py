@@ -37,7 +37,8 @@ def test_a_private_run_and_its_bus_lie_below_the_ephemeral_range() -> None:
     for _ in range(20):
         base = free_port_run(6, offset=10000)
         assert PRIVATE_PORTS.start <= base and base + 6 <= PRIVATE_PORTS.stop
-        assert base + 6 + 10000 <= _ephemeral_low()
+        assert base + 6 + 10000 <= min(_ephemeral_low(), 30000)  # nor in NodePorts
+        assert base > 16383  # never a Redis slot number
         # Never in the shared stack's or a service's ports.
         assert not {*range(base, base + 6), *range(base + 10000, base + 10006)} & {
             *range(17000, 17006),
@@ -51,14 +52,14 @@ def test_a_private_run_and_its_bus_lie_below_the_ephemeral_range() -> None:
 
 def test_a_run_with_a_port_in_use_is_not_picked(monkeypatch: pytest.MonkeyPatch) -> None:
     # A range of 8 whose bus port for one base is held: only runs clear of it come back.
-    monkeypatch.setattr(localrun, "PRIVATE_PORTS", range(2400, 2408))
+    monkeypatch.setattr(localrun, "PRIVATE_PORTS", range(19800, 19808))
     with socket.socket() as held:
-        held.bind(("127.0.0.1", 12403))  # the bus of port 2403
+        held.bind(("127.0.0.1", 29803))  # the bus of port 19803
         held.listen()
         bases = {free_port_run(2, offset=10000) for _ in range(100)}
-    assert bases == {2400, 2401, 2404, 2405}
+    assert bases == {19800, 19801, 19804, 19805}
     with socket.socket() as held:
-        held.bind(("127.0.0.1", 2402))
+        held.bind(("127.0.0.1", 19802))
         held.listen()
         with pytest.raises(RuntimeError, match="no free run of 7 ports"):
             free_port_run(7)

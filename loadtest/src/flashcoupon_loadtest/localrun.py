@@ -54,11 +54,12 @@ def git(*args: str) -> str:
 # 18092-19192, MariaDB 13306 and 23306) and of Kubernetes' NodePorts (30000-32767).
 SERVER_PORTS = range(24000, 27000)
 # Where private stacks go (the tests' private Redis, Kafka and MariaDB, chaos rows and their
-# proxies: free_port_run): with a Redis cluster bus at +10000 (12400-13299) or a Kafka
-# controller at +100, still clear of every fixed port the scripts use (Kubernetes' 11xxx and
-# etcd's 12379-12380, MariaDB's 13306, Jaeger's 14xxx and 16xxx, the stacks' above) and below
-# the ephemeral range, for the same reason as SERVER_PORTS.
-PRIVATE_PORTS = range(2400, 3300)
+# proxies: free_port_run). With a Redis cluster bus at +10000 (29200-29899) or a Kafka
+# controller at +100, clear of every fixed port the scripts use (the stacks' above, Kubernetes'
+# 11xxx-16xxx, Jaeger's 14xxx and 16xxx, the stack Redis buses 27000-28005), of SERVER_PORTS,
+# of NodePorts and of the ephemeral range; above 16383, so a port never reads as a Redis slot
+# number in CLUSTER SLOTS (chaos/toxi.py looks for the ports there).
+PRIVATE_PORTS = range(19200, 19900)
 
 
 def port_is_free(port: int) -> bool:
