@@ -74,13 +74,12 @@ def port_is_free(port: int) -> bool:
 
 def free_port_run(count: int, *, offset: int = 0) -> int:
     """A base port b of PRIVATE_PORTS with b..b+count-1 free now, and b+offset.. too when an
-    offset is given (a Redis node's cluster bus, a Kafka broker's controller port)."""
-    for _ in range(200):
-        base = random.randrange(PRIVATE_PORTS.start, PRIVATE_PORTS.stop - count)
-        ports = range(base, base + count)
-        if all(port_is_free(p) and (not offset or port_is_free(p + offset)) for p in ports):
-            return base
-    raise RuntimeError(f"no free run of {count} ports in {PRIVATE_PORTS}")
+    offset is given (a Redis node's cluster bus, a Kafka broker's controller port). Walked in
+    turn as free_port's: a private stack picks all its ports before it starts any server."""
+    base = _free_run(PRIVATE_PORTS, count, offset)
+    if base is None:
+        raise RuntimeError(f"no free run of {count} ports in {PRIVATE_PORTS}")
+    return base
 
 
 def free_port() -> int:
@@ -97,21 +96,39 @@ def free_port() -> int:
     process is not handed the same port twice before its servers bind them, as the services of
     one run are picked all at once.
     """
-    global _cursor
     if SERVER_PORTS.stop <= _ephemeral_start():
-        with _cursor_lock:
-            for _ in range(len(SERVER_PORTS)):
-                port = SERVER_PORTS[_cursor]
-                _cursor = (_cursor + 1) % len(SERVER_PORTS)
-                if port_is_free(port):
-                    return port
+        port = _free_run(SERVER_PORTS, 1, 0)
+        if port is not None:
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-_cursor = random.randrange(len(SERVER_PORTS))
+# Where each range's walk goes on from (free_port, free_port_run), from a random place at first.
+_cursors: dict[range, int] = {}
 _cursor_lock = threading.Lock()
+
+
+def _free_run(ports: range, count: int, offset: int) -> int | None:
+    """The next base of `ports`, in turn, whose run of `count` ports (and the same +offset)
+    is free now; the walk then goes on past the run, so no port is handed out twice until the
+    whole range has been walked. None: no such run."""
+    bases = range(ports.start, ports.stop - count + 1)
+    if not bases:
+        return None
+    with _cursor_lock:
+        start = _cursors.get(ports, random.randrange(len(ports)))  # an index into `ports`
+        for step in range(len(bases)):
+            i = (start + step) % len(bases)
+            base = bases[i]
+            if all(
+                port_is_free(p) and (not offset or port_is_free(p + offset))
+                for p in range(base, base + count)
+            ):
+                _cursors[ports] = (i + count) % len(ports)
+                return base
+    return None
 
 
 def _ephemeral_start() -> int:
