@@ -27,12 +27,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flashcoupon_loadtest.procstat import (
-    box_cpu_seconds,
-    cpu_seconds,
-    descendants,
-    own_cpu_seconds,
-)
+from flashcoupon_loadtest.procstat import box_cpu_seconds, descendants, own_cpu_seconds
 
 BOX = "box"  # the sample's busy CPU seconds of all cores
 DRIVER = "driver"
@@ -57,11 +52,12 @@ def stack_pids(stack_dir: Path) -> dict[str, int]:
 
 
 def load_side_cpu_seconds(services: Collection[int]) -> float:
-    """The load side: the demo's own process and its children that are not services (the
-    driver's processes, counted after they exit too, through the demo's reaped-children times).
-    Not the report's `driver_cpu_seconds`, which the driver processes measure of themselves."""
+    """The load side: the demo's own process and its children that are not services'
+    processes (`services`: every process of their trees; the driver's processes, counted
+    after they exit too, through the demo's reaped-children times). Not the report's
+    `driver_cpu_seconds`, which the driver processes measure of themselves."""
     me = os.getpid()
-    skip = {p for pid in services for p in descendants(pid)}
+    skip = set(services)
     children = [p for p in descendants(me) if p != me and p not in skip]
     return own_cpu_seconds(me, reaped_children=True) + sum(own_cpu_seconds(p) for p in children)
 
@@ -84,9 +80,11 @@ class CpuWatch:
         self._thread: threading.Thread | None = None
 
     def read(self) -> dict[str, float]:
-        used = {name: cpu_seconds(pid) for name, pid in self.services.items()}
+        # Each service's process tree, walked once a sample for its CPU and the driver's.
+        trees = {name: descendants(pid) for name, pid in self.services.items()}
+        used = {name: sum(own_cpu_seconds(p) for p in tree) for name, tree in trees.items()}
         used.update({name: own_cpu_seconds(pid) for name, pid in self.stack.items()})
-        used[DRIVER] = load_side_cpu_seconds(self.services.values())
+        used[DRIVER] = load_side_cpu_seconds([p for tree in trees.values() for p in tree])
         used[BOX] = box_cpu_seconds()[0]
         return used
 
