@@ -342,6 +342,7 @@ def test_per_pod_routing_lists_every_issuer_pod_by_its_stable_name(
     name, service = issuer["metadata"]["name"], headless["metadata"]["name"]
     expected = [f"{name}-{i}.{service}.default.svc" for i in range(replicas)]
     assert [urlsplit(u).hostname for u in settings.issuer_urls] == expected
+    assert settings.issuer_routing == "shopper"  # the gateway keeps each shopper on one pod
 
 
 def test_services_select_their_own_pods_on_the_http_port(rendered: Rendered) -> None:

@@ -89,6 +89,10 @@ gateway:
     FLASHCOUPON_GATEWAY_HOST: 0.0.0.0
     FLASHCOUPON_GATEWAY_PORT: "8080"
     FLASHCOUPON_GATEWAY_ISSUER_URLS: {{ include "flashcoupon.issuerUrls" . | quote }}
+    {{- if eq .Values.issuer.routing "perPod" }}
+    # each shopper to the issuer pod their id hashes to: what perPod is for
+    FLASHCOUPON_GATEWAY_ISSUER_ROUTING: shopper
+    {{- end }}
     FLASHCOUPON_GATEWAY_WALLET_URL: http://{{ $fullname }}-wallet:8082
     FLASHCOUPON_GATEWAY_JWT_AUDIENCE: {{ .Values.gateway.auth.audience | quote }}
     FLASHCOUPON_GATEWAY_TRUSTED_PROXIES: {{ $trusted | quote }}

@@ -1,11 +1,12 @@
 """Presses to one issuer, forwarded together: one POST /internal/v1/issue-batch per loop turn.
 
 Every press that reaches `IssueBatcher.issue` in the same turn of the event loop, for the same
-issuer, joins one batch: the first schedules the send with `call_soon`, which runs after every
-task already woken in this turn (a crowd's presses wake together, when their rate-limit
-replies arrive in one Redis round trip), so under load batches fill by themselves and no
-press waits for a timer; a quiet gateway sends batches of one. The wire format is
-flashcoupon_common.issue_batch; the issuer answers each press as it would alone.
+issuer (or for whichever issuer is next: GatewaySettings.issuer_routing "batch"), joins one
+batch: the first schedules the send with `call_soon`, which runs after every task already woken
+in this turn (a crowd's presses wake together, when their rate-limit replies arrive in one
+Redis round trip), so under load batches fill by themselves and no press waits for a timer; a
+quiet gateway sends batches of one. The wire format is flashcoupon_common.issue_batch; the
+issuer answers each press as it would alone.
 
 An issuer that does not decide allowances (older than them, or with IssuerSettings.
 decide_allowance off) refuses a batch whose presses carry one, 400 MALFORMED_BATCH, issuing
@@ -48,12 +49,14 @@ class IssueBatcher:
     def __init__(self, forwarder: Forwarder, max_batch: int) -> None:
         self.forwarder = forwarder
         self.max_batch = max_batch
-        self._pending: dict[Upstream, list[_Waiting]] = {}
+        self._pending: dict[Upstream | None, list[_Waiting]] = {}
         self._sending: set[asyncio.Task[None]] = set()
 
-    def issue(self, up: Upstream, press: Press) -> asyncio.Future[Answer]:
+    def issue(self, up: Upstream | None, press: Press) -> asyncio.Future[Answer]:
         """The issuer's answer to `press`, sent with whatever else goes to `up` this turn: a
-        future to await (not a coroutine: one frame less for each press to resume through)."""
+        future to await (not a coroutine: one frame less for each press to resume through).
+        `up` None: the batch of presses without an issuer goes to the next one in turn
+        (Forwarder.pick_issuer), chosen when it is sent."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Answer] = loop.create_future()
         waiting = self._pending.get(up)
@@ -65,13 +68,15 @@ class IssueBatcher:
             self._flush(up)  # full: send now; later presses this turn start a new batch
         return future
 
-    def _flush(self, up: Upstream) -> None:
-        waiting = self._pending.pop(up, None)
+    def _flush(self, key: Upstream | None) -> None:
+        waiting = self._pending.pop(key, None)
         if not waiting:
             return
         try:
             body = issue_batch.encode_presses([press for press, _ in waiting])
-        except orjson.JSONEncodeError as exc:  # a lone surrogate in a user id
+            up = self.forwarder.pick_issuer() if key is None else key
+        except (orjson.JSONEncodeError, ProblemError) as exc:
+            # A lone surrogate in a user id; or every issuer's breaker is open.
             for _, future in waiting:
                 future.set_exception(_own_copy(exc))
             return

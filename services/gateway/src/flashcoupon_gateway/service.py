@@ -197,6 +197,10 @@ class Gateway:
     # Until then (time.monotonic()), presses carry no allowance: an issuer did not decide one.
     allowances_refused_until: float = 0.0
 
+    @property
+    def route_batches(self) -> bool:
+        return self.settings.issuer_routing == "batch"
+
     def slot(self) -> _Slot:
         """Bounded in-flight upstream calls per process: over the bound, 503 at once."""
         return _Slot(self)
@@ -364,8 +368,10 @@ class Gateway:
             raise AllowanceRefused("refused lately")  # learned while this press was admitted
         try:
             with self.slot():
-                up = self.upstream.pick_issuer(affinity=user)
                 if self.batcher is not None:
+                    # "batch" routing leaves the choice to the batcher: one issuer per loop
+                    # turn's batch rather than the turn's presses split by shopper.
+                    up = None if self.route_batches else self.upstream.pick_issuer(affinity=user)
                     press = Press(
                         event_id,
                         user,
@@ -375,6 +381,7 @@ class Gateway:
                     )
                     answer = await self.batcher.issue(up, press)
                 else:
+                    up = self.upstream.pick_issuer(affinity=user)
                     if limit is not None:
                         headers = {
                             **headers,

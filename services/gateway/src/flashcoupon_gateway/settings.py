@@ -54,6 +54,13 @@ def _url(name: str, raw: str) -> str:
     return _urls(name, raw)[0]
 
 
+# How the gateway spreads presses over its issuers (docs/gateway.md, "Issuer routing"):
+# "batch", each loop turn's batch whole to the next issuer in turn (fewer, fuller batches: less
+# issuer CPU per press); "shopper", each shopper to the issuer their id hashes to, so a holder's
+# retry after the sell-out is answered from that issuer's memory rather than by a script call.
+ISSUER_ROUTINGS = ("shopper", "batch")
+
+
 @dataclass(frozen=True)
 class AuthSettings:
     # HS256 shared secret, or None when a JWKS is used
@@ -98,6 +105,7 @@ class GatewaySettings(FromEnv):
     # Presses to one issuer in the same event-loop turn go as one request of at most this
     # many (flashcoupon_gateway.issue_batch); 0 forwards each press alone.
     issue_batch_max: int = setting(32, check=between(0, 1024))
+    issuer_routing: str = setting("batch", choices=ISSUER_ROUTINGS)
     max_in_flight: int = 2000
     max_body_bytes: int = 4096
     breaker_failures: int = 5

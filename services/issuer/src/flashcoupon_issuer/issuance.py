@@ -7,7 +7,7 @@ out, and must get that coupon back. Clients send a key with every press, so send
 requests to Redis would put the whole sold-out storm back on Redis; instead each process keeps
 the keyed coupons it issued recently (`ReplayCache`) and answers those retries from it. A retry
 that reaches a *different* issuer process after the sell-out costs a script call instead (the
-next paragraph); a gateway routing by user keeps it local (docs/deploy.md, "Issuer routing").
+next paragraph); a gateway routing by user keeps it local (docs/gateway.md, "Issuer routing").
 
 The local flag answers SOLD_OUT only to users known to hold nothing (flashcoupon_common.holders:
 the event's holders, loaded once per sell-out): a holder whose first answer was lost — a timeout
