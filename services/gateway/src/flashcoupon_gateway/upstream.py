@@ -154,7 +154,8 @@ class Forwarder:
         self.wallet = make("wallet", wallet_url)
         self.timeout = timeout_seconds
         self._deadline_ms = str(int(timeout_seconds * 1000))
-        self._rr = itertools.cycle(range(len(self.issuers)))  # round-robin for unkeyed reads
+        # round-robin for unkeyed reads and for batches (GatewaySettings.issuer_routing)
+        self._rr = itertools.cycle(range(len(self.issuers)))
 
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> Forwarder:
@@ -173,7 +174,7 @@ class Forwarder:
 
         With `affinity` (the shopper's id) the choice starts at the issuer that user hashes to,
         the same on every gateway replica: a retry of a won request then reaches the issuer
-        whose replay cache holds the coupon, rather than one that only knows "sold out".
+        whose replay cache holds the coupon rather than one that must ask Redis for it.
         Without it, round-robin. Either way an issuer whose breaker is open is skipped.
         """
         now = time.monotonic()
