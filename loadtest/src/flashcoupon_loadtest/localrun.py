@@ -118,7 +118,7 @@ def _free_run(ports: range, count: int, offset: int) -> int | None:
     if not bases:
         return None
     with _cursor_lock:
-        start = _cursors.get(ports, random.randrange(len(ports)))  # an index into `ports`
+        start = _cursors.get(ports, random.randrange(len(bases)))  # an index into `bases`
         for step in range(len(bases)):
             i = (start + step) % len(bases)
             base = bases[i]
@@ -126,7 +126,7 @@ def _free_run(ports: range, count: int, offset: int) -> int | None:
                 port_is_free(p) and (not offset or port_is_free(p + offset))
                 for p in range(base, base + count)
             ):
-                _cursors[ports] = (i + count) % len(ports)
+                _cursors[ports] = (i + count) % len(bases)
                 return base
     return None
 

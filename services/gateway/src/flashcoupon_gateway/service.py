@@ -199,7 +199,8 @@ class Gateway:
 
     @property
     def route_batches(self) -> bool:
-        return self.settings.issuer_routing == "batch"
+        """Whether the batcher picks each batch's issuer (ISSUER_ROUTING=batch)."""
+        return self.batcher is not None and self.settings.issuer_routing == "batch"
 
     def slot(self) -> _Slot:
         """Bounded in-flight upstream calls per process: over the bound, 503 at once."""
@@ -368,10 +369,10 @@ class Gateway:
             raise AllowanceRefused("refused lately")  # learned while this press was admitted
         try:
             with self.slot():
+                # "batch" routing leaves the choice to the batcher (None): one issuer per loop
+                # turn's batch rather than the turn's presses split by shopper.
+                up = None if self.route_batches else self.upstream.pick_issuer(affinity=user)
                 if self.batcher is not None:
-                    # "batch" routing leaves the choice to the batcher: one issuer per loop
-                    # turn's batch rather than the turn's presses split by shopper.
-                    up = None if self.route_batches else self.upstream.pick_issuer(affinity=user)
                     press = Press(
                         event_id,
                         user,
@@ -381,7 +382,7 @@ class Gateway:
                     )
                     answer = await self.batcher.issue(up, press)
                 else:
-                    up = self.upstream.pick_issuer(affinity=user)
+                    assert up is not None  # route_batches needs a batcher
                     if limit is not None:
                         headers = {
                             **headers,
