@@ -71,12 +71,12 @@ async def test_an_entry_is_read_again_before_it_expires_while_it_serves(redis_cl
 
 
 async def test_the_sold_out_lanes_freshness_check_reads_ahead_too(redis_cluster) -> None:
-    # After a sell-out the crowd is answered by the lane, which only asks `fresh`: without
+    # After a sell-out the crowd is answered by the lane, which only asks `cached`: without
     # reading ahead there, the entry expired every ttl and a whole crowd waited on a read.
     specs = SpecCache(redis_cluster, TTL, SoldOutBoard())
     event = random_name("ev")
     await specs.get(event)
-    await read_ahead_by(specs, event, lambda: specs.fresh(event))
+    await read_ahead_by(specs, event, lambda: specs.cached(event))
     await specs.aclose()
 
 
@@ -88,7 +88,7 @@ async def test_an_expired_entry_is_never_served(redis_cluster) -> None:
     call = specs.get(event)
     with pytest.raises(AssertionError, match="waited"):
         answered_at_once(call)  # the press waits for a read
-    assert not specs.fresh(event)
+    assert specs.cached(event) is None
     await specs.get(event)
     assert specs._cache[event][0] > old + TTL
     await specs.aclose()

@@ -225,7 +225,7 @@ class Gateway:
     ) -> Forwarded | Queued:
         """The whole issue flow for an authenticated press: sold-out at the edge, rate limits,
         admission or a waiting-room ticket, then the issuer's answer."""
-        info = await self.specs.get(event_id)
+        info = self.specs.cached(event_id) or await self.specs.get(event_id)
         if self.sold_out.is_sold_out(event_id):
             await self.check_sold_out(event_id, headers)
         outcomes, queued, carried = await self.admit_issue(ip, event_id, user, info)
@@ -331,7 +331,7 @@ class Gateway:
         is still noticed by the next full press), the token verifies synchronously, and the
         shopper holds nothing and was not answered 503 here. Any doubt (no cached holders, a
         JWKS token, a bad token) is False: the full path decides, with the same rules."""
-        if not (self.sold_out.is_sold_out(event_id) and self.specs.fresh(event_id)):
+        if not self.sold_out.is_sold_out(event_id) or self.specs.cached(event_id) is None:
             return False
         holders = None if self.holders is None else self.holders.cached(event_id)
         if holders is None:

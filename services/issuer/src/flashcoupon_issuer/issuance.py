@@ -314,7 +314,9 @@ class IssueService:
         keyed: bool,
         budget_ms: int | None = None,
         allowance: AllowanceLimit = None,
-    ) -> Outcome:
+    ) -> Outcome | IssuerUnavailable:
+        """The press's outcome, or an IssuerUnavailable (returned, not raised: the edge answers
+        it with a 503 as it answers any outcome) when Redis could not be used."""
         local, unknown = self._answer_locally(event_id, user_id, request_id, keyed)
         if unknown:
             await self.holders.get(event_id)
@@ -339,8 +341,8 @@ class IssueService:
     async def issue_many(
         self, presses: Sequence[PressArgs], budget_ms: int | None = None
     ) -> list[Outcome | IssuerUnavailable]:
-        """Each press answered as `issue` answers it alone (an IssuerUnavailable in place of
-        the 503 it would raise), with one wait for all their script calls.
+        """Each press answered as `issue` answers it alone, with one wait for all their script
+        calls.
 
         Why not `issue` per press: a task and a timer per press cost the issuer more of its
         loop than the issuing itself once a gateway forwards presses in batches (docs/issuer.md,
@@ -372,12 +374,7 @@ class IssueService:
         settled = [(i, _reply_or_error(f, seconds)) for i, f in calls.items()]
         for i, (reply, error) in settled:
             event_id, user_id, request_id, _, keyed, _ = presses[i]
-            try:
-                results[i] = self._conclude(
-                    event_id, user_id, request_id, keyed, reply, error, seconds
-                )
-            except IssuerUnavailable as exc:
-                results[i] = exc
+            results[i] = self._conclude(event_id, user_id, request_id, keyed, reply, error, seconds)
         return [r for r in results if r is not None]  # each press has its outcome by now
 
     def _answer_locally(
@@ -410,11 +407,11 @@ class IssueService:
         reply: Any,
         error: Exception | None,
         seconds: float,
-    ) -> Outcome:
+    ) -> Outcome | IssuerUnavailable:
         """The outcome of a script call that gave `reply` or failed with `error`.
 
-        Raises IssuerUnavailable when Redis could not be used (the shopper is then unsettled),
-        and re-raises an error that is not Redis's."""
+        An IssuerUnavailable when Redis could not be used (the shopper is then unsettled);
+        an error that is not Redis's is raised again."""
         if error is None:
             outcome = parse_reply(reply)
             if self._degraded:
@@ -440,12 +437,12 @@ class IssueService:
                 self.unsettled.add(event_id, user_id)
         elif isinstance(error, (OSError, TimeoutError, ConnectionError)):
             self.unsettled.add(event_id, user_id)
-            raise IssuerUnavailable(f"{error!r} within {seconds:.2f}s") from error
+            return IssuerUnavailable(f"{error!r} within {seconds:.2f}s")
         elif error.__class__.__module__.startswith("redis"):
             # redis-py's own error classes (ConnectionError, TimeoutError, ClusterError) do not
             # all derive from the builtins; anything else from the call is Redis being unusable.
             self.unsettled.add(event_id, user_id)
-            raise IssuerUnavailable(repr(error)) from error
+            return IssuerUnavailable(repr(error))
         else:
             raise error
         if keyed and outcome.status == "ISSUED":
