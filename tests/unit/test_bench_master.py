@@ -48,6 +48,15 @@ def test_press_calls_hold_every_press_once_in_issue_luas_stride() -> None:
     assert calls[0][: ISSUE.stride] == ["t-u0", "t-r0", "", "", ""]
 
 
+def test_the_allowance_variant_presses_carry_the_default_per_shopper_limit() -> None:
+    calls = press_calls(3, 2, "t", allowance=True)
+    presses = [argv[i : i + ISSUE.stride] for argv in calls for i in range(0, len(argv), 5)]
+    assert [p[0] for p in presses] == ["t-u0", "t-u1", "t-u2"]
+    # AdmissionSpec's defaults: 2 per second (an interval of 500,000 us), a burst of 5.
+    assert all(p[3:] == ["500000", "5"] for p in presses)
+    assert [v.name for v in VARIANTS if v.allowance] == ["allowance"]
+
+
 def test_summary_takes_medians_against_as_is() -> None:
     s = summary(
         {

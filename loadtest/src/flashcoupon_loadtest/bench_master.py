@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 from flashcoupon_common import event_state, keys
-from flashcoupon_common.event_spec import TierSpec
+from flashcoupon_common.event_spec import AdmissionSpec, TierSpec
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
@@ -79,6 +79,9 @@ class Variant:
     script: str | None = None  # another issue.lua in place of the deployed one (--against)
     per_call: int | None = None  # presses per call; None: the run's --per-call
     tiers: tuple[TierSpec, ...] = TWO_TIERS  # the event's tiers
+    # Each press carries the shopper's allowance (a gateway's press): what deciding the
+    # shopper's rate limit in the issue call costs the master and its replica.
+    allowance: bool = False
 
     def source(self, script: str) -> str:
         """issue.lua (or this variant's own) with its cuts; ValueError when one does not match
@@ -97,6 +100,7 @@ class Variant:
 VARIANTS = (
     Variant("as-is"),
     Variant("one-per-call", per_call=1),
+    Variant("allowance", allowance=True),
     Variant("single-tier", tiers=ONE_TIER),
     Variant("no-code-hash", ((_CODE_HASH, "R"),)),
     Variant("no-hashes", ((_CODE_HASH, "R"), (_TIER_HASH, "seq"))),
@@ -117,14 +121,26 @@ def revision_variant(rev: str) -> Variant:
     return Variant(f"at {rev}", script=script)
 
 
-def press_calls(issues: int, per_call: int, tag: str) -> list[list[str]]:
+# What a gateway sends with a press of an event with the default per-shopper limit.
+_PER_USER = AdmissionSpec()
+ALLOWANCE_ARGS = (
+    str(round(1_000_000 / _PER_USER.per_user_per_second)),
+    str(_PER_USER.per_user_burst),
+)
+
+
+def press_calls(
+    issues: int, per_call: int, tag: str, *, allowance: bool = False
+) -> list[list[str]]:
     """issue.lua's ARGV for `issues` new shoppers, `per_call` presses per call (the last call
-    may hold fewer): user id, request id, no traceparent, no allowance."""
+    may hold fewer): user id, request id, no traceparent, and no allowance unless `allowance`
+    (then ALLOWANCE_ARGS, as a gateway's press carries them)."""
+    limit = ALLOWANCE_ARGS if allowance else ("", "")
     calls: list[list[str]] = []
     for first in range(0, issues, per_call):
         argv: list[str] = []
         for i in range(first, min(first + per_call, issues)):
-            argv += [f"{tag}-u{i}", f"{tag}-r{i}", "", "", ""]
+            argv += [f"{tag}-u{i}", f"{tag}-r{i}", "", *limit]
         calls.append(argv)
     return calls
 
@@ -172,7 +188,9 @@ async def cost_per_issue(
         try:
             sha = await master.script_load(variant.source(ISSUE.source))
             event_keys = keys.issue_keys(event_id)
-            calls = press_calls(issues, variant.per_call or per_call, tag)
+            calls = press_calls(
+                issues, variant.per_call or per_call, tag, allowance=variant.allowance
+            )
             await caught_up(master, replica)
             before, replica_before = cpu_seconds(pid), cpu_seconds(replica_pid)
             issued = 0
