@@ -52,6 +52,7 @@ from flashcoupon_common.event_spec import AdmissionSpec, TierSpec
 from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
+from flashcoupon_gateway import gcra
 from redis.asyncio.cluster import RedisCluster
 
 from flashcoupon_loadtest.benchkit import (
@@ -122,11 +123,8 @@ def revision_variant(rev: str) -> Variant:
 
 
 # What a gateway sends with a press of an event with the default per-shopper limit.
-_PER_USER = AdmissionSpec()
-ALLOWANCE_ARGS = (
-    str(round(1_000_000 / _PER_USER.per_user_per_second)),
-    str(_PER_USER.per_user_burst),
-)
+_PER_USER = gcra.limit(AdmissionSpec().per_user_per_second, AdmissionSpec().per_user_burst)
+ALLOWANCE_ARGS = (str(_PER_USER.interval_us), str(_PER_USER.burst))
 
 
 def press_calls(
