@@ -4,12 +4,13 @@
         [--repeats 3] [--against REV]
 
 issue.lua is sent straight to the master that owns a fresh event's slot (no issuer, no HTTP) as
-EVALSHA calls of --per-call presses, each press a new shopper without an allowance, 16 calls per
-pipeline, and the master's own CPU (/proc utime + stime) is read before and after: its CPU per
-issue. On a two-core box that CPU is taken from what the issuer's path could use (the benchmarks'
-box ceiling, docs/loadtest.md), so it bounds issuer/hello as much as the issuer's own does. So
-does the master's replica, which applies every write the script makes: its CPU per issue is
-read the same way, once it has caught up with the master (`replica us` in the table).
+EVALSHA calls of --per-call presses, each press a new shopper (with no allowance but in the
+`allowance` variant), 16 calls per pipeline, and the master's own CPU (/proc utime + stime) is
+read before and after: its CPU per issue. On a two-core box that CPU is taken from what the
+issuer's path could use (the benchmarks' box ceiling, docs/loadtest.md), so it bounds
+issuer/hello as much as the issuer's own does. So does the master's replica, which applies
+every write the script makes: its CPU per issue is read the same way, once it has caught up
+with the master (`replica us` in the table).
 
 Variants of the script, each loaded under its own sha and measured in turn in every repeat (the
 machine's noise hits all of them), say what one part costs: most are issue.lua with that part
@@ -17,6 +18,8 @@ cut (their codes are wrong on purpose). Each runs on an event of its own, delete
 
   as-is          issue.lua as deployed: the baseline of every ratio
   one-per-call   as-is, one press per call: what deciding a batch's presses in one call saves
+  allowance      as-is, each press carrying the shopper's allowance (an event's default
+                 per-shopper limit), as a gateway's press does: what deciding it here costs
   single-tier    as-is, on an event of one tier (which skips the tier draw's hash)
   no-code-hash   the code's keyed Feistel rounds without their redis.sha1hex (f = R)
   no-hashes      that, and the tier draw without its hash (r = seq % total)
@@ -123,7 +126,8 @@ def revision_variant(rev: str) -> Variant:
 
 
 # What a gateway sends with a press of an event with the default per-shopper limit.
-_PER_USER = gcra.limit(AdmissionSpec().per_user_per_second, AdmissionSpec().per_user_burst)
+_DEFAULTS = AdmissionSpec()
+_PER_USER = gcra.limit(_DEFAULTS.per_user_per_second, _DEFAULTS.per_user_burst)
 ALLOWANCE_ARGS = (str(_PER_USER.interval_us), str(_PER_USER.burst))
 
 
