@@ -50,7 +50,8 @@ def test_press_calls_hold_every_press_once_in_issue_luas_stride() -> None:
 
 def test_the_allowance_variant_presses_carry_the_default_per_shopper_limit() -> None:
     calls = press_calls(3, 2, "t", allowance=True)
-    presses = [argv[i : i + ISSUE.stride] for argv in calls for i in range(0, len(argv), 5)]
+    stride = ISSUE.stride
+    presses = [argv[i : i + stride] for argv in calls for i in range(0, len(argv), stride)]
     assert [p[0] for p in presses] == ["t-u0", "t-u1", "t-u2"]
     # AdmissionSpec's defaults: 2 per second (an interval of 500,000 us), a burst of 5.
     assert all(p[3:] == ["500000", "5"] for p in presses)
