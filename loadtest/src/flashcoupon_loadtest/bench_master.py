@@ -56,6 +56,7 @@ from flashcoupon_common.lua import ISSUE
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from flashcoupon_common.settings import RedisSettings
 from flashcoupon_gateway import gcra
+from flashcoupon_issuer.app import press_argv
 from redis.asyncio.cluster import RedisCluster
 
 from flashcoupon_loadtest.benchkit import (
@@ -128,7 +129,7 @@ def revision_variant(rev: str) -> Variant:
 # What a gateway sends with a press of an event with the default per-shopper limit.
 _DEFAULTS = AdmissionSpec()
 _PER_USER = gcra.limit(_DEFAULTS.per_user_per_second, _DEFAULTS.per_user_burst)
-ALLOWANCE_ARGS = (str(_PER_USER.interval_us), str(_PER_USER.burst))
+ALLOWANCE = (_PER_USER.interval_us, _PER_USER.burst)
 
 
 def press_calls(
@@ -136,13 +137,14 @@ def press_calls(
 ) -> list[list[str]]:
     """issue.lua's ARGV for `issues` new shoppers, `per_call` presses per call (the last call
     may hold fewer): user id, request id, no traceparent, and no allowance unless `allowance`
-    (then ALLOWANCE_ARGS, as a gateway's press carries them)."""
-    limit = ALLOWANCE_ARGS if allowance else ("", "")
+    (then ALLOWANCE, as a gateway's press carries it), laid out by the issuer's own
+    `press_argv`."""
+    limit = ALLOWANCE if allowance else None
     calls: list[list[str]] = []
     for first in range(0, issues, per_call):
         argv: list[str] = []
         for i in range(first, min(first + per_call, issues)):
-            argv += [f"{tag}-u{i}", f"{tag}-r{i}", "", *limit]
+            argv += map(str, press_argv(f"{tag}-u{i}", f"{tag}-r{i}", "", limit))
         calls.append(argv)
     return calls
 

@@ -37,8 +37,9 @@ logger = logging.getLogger(__name__)
 _NO_ALLOWANCE = ("", "")  # issue.lua's two allowance values for a press it does not limit
 
 
-def _argv(user: str, rid: str, tp: str, allowance: AllowanceLimit) -> tuple[str | int, ...]:
-    """One press's ARGV values for issue.lua (LuaScript.stride of them)."""
+def press_argv(user: str, rid: str, tp: str, allowance: AllowanceLimit) -> tuple[str | int, ...]:
+    """One press's ARGV values for issue.lua (LuaScript.stride of them); `make bench-master`
+    builds its presses with it too."""
     return (user, rid, tp, *(allowance or _NO_ALLOWANCE))
 
 
@@ -59,7 +60,7 @@ def batched_call(batcher: ScriptBatcher, script: LuaScript) -> ScriptCall:
         allowance: AllowanceLimit,
     ) -> Awaitable[Any]:
         return batcher.submit(
-            script, keys.issue_keys(event_id), _argv(user, rid, tp, allowance), deadline
+            script, keys.issue_keys(event_id), press_argv(user, rid, tp, allowance), deadline
         )
 
     return call
@@ -77,7 +78,7 @@ def naive_call(redis: RedisCluster, script: LuaScript) -> ScriptCall:
         allowance: AllowanceLimit,
     ) -> Any:
         k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
-        args = _argv(user, rid, tp, allowance)
+        args = press_argv(user, rid, tp, allowance)
         try:
             replies = await redis.evalsha(script.sha, len(k), *k, *args)
         except NoScriptError:
