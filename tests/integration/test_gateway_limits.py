@@ -213,3 +213,74 @@ async def test_leases_save_redis_calls_and_never_over_admit(redis_cluster) -> No
     assert requests > admitted > 0
     assert admitted <= 400 + 2000 * elapsed, (admitted, elapsed)
     await runner.aclose()
+
+
+async def test_presses_queued_behind_a_late_lease_call_are_served_by_its_reply(
+    redis_cluster,
+) -> None:
+    # Under a crowd a loop turn can outlast a lease (LEASE_SECONDS): here every reply is read
+    # 150 ms after the call. The presses queued behind a lease call take its tokens as its
+    # reply is read; when each took them on waking, the lease had expired by then and they
+    # asked again one by one (one call per press, seconds of queueing).
+    runner = ScriptRunner(redis_cluster)
+    late, calls = 0.15, 0
+    real_run = runner.run
+
+    async def late_run(script, keys, args):
+        nonlocal calls
+        calls += 1
+        reply = await real_run(script, keys, args)
+        await asyncio.sleep(late)
+        return reply
+
+    runner.run = late_run  # type: ignore[method-assign]
+    limiter = RateLimiter(runner, event_shards=1)
+    roomy = Check("ip", ip_key(random_name("ip")), gcra.Limit(1_000_000, 200_000))
+    outcomes = await asyncio.gather(*(limiter.check_all([[roomy]]) for _ in range(300)))
+    assert all(o[0].allowed for o in outcomes)
+    assert calls <= 6, calls
+    assert not limiter._inflight  # nothing left waiting on the key
+
+    # When the limit binds (replies read at once now), the queue shares each call's tokens,
+    # is handed the refusal, and never admits more than the limit allows.
+    late, calls = 0.0, 0
+    tight = Check("ip", ip_key(random_name("ip")), gcra.Limit(1000, 400))
+    start = time.monotonic()
+    results = await asyncio.gather(
+        *(limiter.check_all([[tight]]) for _ in range(2000)), return_exceptions=True
+    )
+    elapsed = time.monotonic() - start
+    refused = [r for r in results if isinstance(r, BaseException)]
+    assert all(getattr(r, "status", None) == 429 for r in refused), refused[:1]
+    admitted = len(results) - len(refused)
+    assert refused and 400 <= admitted <= 400 + 1000 * elapsed, (admitted, elapsed)
+    assert calls < 100, calls
+    assert not limiter._inflight
+    await runner.aclose()
+
+
+async def test_a_press_cancelled_on_its_turn_to_ask_passes_the_turn_on(redis_cluster) -> None:
+    # A press handed the turn to make the next lease call, then cancelled (its client went)
+    # before it ran: the turn goes to the next press still waiting, or the key's queue would
+    # wait for a call nobody makes.
+    runner = ScriptRunner(redis_cluster)
+    limiter = RateLimiter(runner, event_shards=1)
+    key = Check("ip", ip_key(random_name("ip")), gcra.Limit(1_000_000, 200_000))
+    tasks: list[asyncio.Task] = []
+    real_serve = limiter._serve_queue
+    handed: list[bool] = []
+
+    def serve_then_cancel(c, queue, outcome) -> None:
+        real_serve(c, queue, outcome)
+        if limiter._inflight and not handed:  # a waiting press was handed the turn
+            handed.append(True)
+            for task in tasks[:150]:
+                task.cancel()
+
+    limiter._serve_queue = serve_then_cancel  # type: ignore[method-assign]
+    tasks.extend(asyncio.create_task(limiter.check_all([[key]])) for _ in range(200))
+    done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+    assert handed, "no press was handed the turn: the test did not reach its case"
+    assert all(not isinstance(d, BaseException) and d[0].allowed for d in done[150:])
+    assert not limiter._inflight
+    await runner.aclose()

@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -61,6 +62,9 @@ class Outcome(NamedTuple):
 
 
 LEASE_SECONDS = 0.1
+# The presses waiting for a key's lease call, in arrival order: each is handed a leased token,
+# the call's refusal, or None (its turn to ask).
+Queue = deque[asyncio.Future[Outcome | None]]
 _MAX_TRACKED = 50_000
 
 
@@ -146,9 +150,9 @@ class RateLimiter:
         self._rr = itertools.count()
         self._leases: dict[str, _Lease] = {}
         self._demand: dict[str, tuple[float, int]] = {}  # key -> (window start, requests)
-        # One lease request in flight per key: concurrent arrivals wait for it instead of
-        # each leasing K tokens (which would debit K times what is needed).
-        self._inflight: dict[str, asyncio.Future[None]] = {}
+        # One lease call in flight per key, and the presses queued behind it: they wait for
+        # its reply instead of each leasing K tokens (which would debit K times what is needed).
+        self._inflight: dict[str, Queue] = {}
 
     def refuse_if_denied(self, c: Check) -> None:
         """429 at once when Redis refused this key lately (the deny cache)."""
@@ -232,28 +236,63 @@ class RateLimiter:
         lease.tokens -= 1
         return Outcome(c, True, 0, lease.remaining + lease.tokens, 0)
 
-    def _want(self, c: Check, now: float) -> int:
-        return lease_size(c.limit, self._demand.get(c.key, (now, 1))[1])
+    def _want(self, c: Check, now: float, queued: int = 0) -> int:
+        """Tokens to ask for: the key's recent demand here, or the presses queued for the
+        call when more (under a slow loop more wait than arrived within the window)."""
+        return lease_size(c.limit, max(self._demand.get(c.key, (now, 1))[1], queued + 1))
 
     async def _decide(self, c: Check, now: float) -> Outcome:
-        want = self._want(c, now)
-        if want == 1:
-            return await self._call(c, 1, now)
-        while (pending := self._inflight.get(c.key)) is not None:
-            await asyncio.shield(pending)
-            leased = self._leased(c, time.monotonic(), count=False)
-            if leased is not None:
-                return leased
-            left = self.deny.blocked_for(c.key)
-            if left > 0:  # the call we waited for was refused
-                return Outcome(c, False, int(left * gcra.MICROS), 0, 0)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inflight[c.key] = done
+        """A lease call for the key, or a place in the queue behind the one in flight. The
+        queued presses are served when its reply is read, not when each wakes: under a crowd
+        one loop turn can outlast LEASE_SECONDS, and presses that woke to a lease already
+        expired asked again one by one (issue 13, one address at 512 connections: 1,045
+        calls and 245k waits for 22k presses, 82 % of the leased tokens lost, p99 0.8 s)."""
+        queue = self._inflight.get(c.key)
+        if queue is None:
+            if self._want(c, now) == 1:
+                return await self._call(c, 1, now)
+            queue = self._inflight[c.key] = deque()
+        else:
+            turn: asyncio.Future[Outcome | None] = asyncio.get_running_loop().create_future()
+            queue.append(turn)
+            try:
+                served = await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled() and turn.result() is None:
+                    self._serve_queue(c, queue, None)  # its turn to ask: passed on
+                raise
+            if served is not None:
+                return served
+            now = time.monotonic()  # this press asks next, for itself and those still queued
+        # Whatever lease is left is spent or expired (else this press would have taken from
+        # it), so the one _serve_queue finds afterwards is this call's own.
+        self._leases.pop(c.key, None)
+        outcome = None
         try:
-            return await self._call(c, want, now)
+            outcome = await self._call(c, self._want(c, now, len(queue)), now)
+            return outcome
         finally:
-            del self._inflight[c.key]
-            done.set_result(None)
+            self._serve_queue(c, queue, outcome)
+
+    def _serve_queue(self, c: Check, queue: Queue, outcome: Outcome | None) -> None:
+        """Hand the call's answer to the presses queued behind it, in order: a leased token
+        each while they last (taken as the reply is read, as a call of their own would have
+        been admitted), the refusal to all when it was refused. The first press left over
+        makes the next call; the queue stays in flight for it."""
+        lease = self._leases.get(c.key)
+        while queue:
+            turn = queue.popleft()
+            if turn.done():  # its request was cancelled
+                continue
+            if outcome is not None and not outcome.allowed:
+                turn.set_result(outcome)
+            elif outcome is not None and lease is not None and lease.tokens > 0:
+                lease.tokens -= 1
+                turn.set_result(Outcome(c, True, 0, lease.remaining + lease.tokens, 0))
+            else:
+                turn.set_result(None)
+                return
+        del self._inflight[c.key]
 
     async def _call(self, c: Check, want: int, now: float) -> Outcome:
         return self._outcome(c, await self._ask(c, want), now)
