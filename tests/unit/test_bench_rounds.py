@@ -33,6 +33,12 @@ def test_side_takes_medians_over_rounds() -> None:
         side([])
 
 
+def test_side_keeps_the_median_slowest_answer_when_rounds_measured_it() -> None:
+    rounds = [{**m(100, 50), "max_ms": x} for x in (40.0, 900.0, 55.0)]
+    assert side(rounds)["max_ms"] == 55.0
+    assert "max_ms" not in side([m(100, 50)])
+
+
 def test_one_disturbed_round_does_not_move_the_default_figure() -> None:
     # A fresh gateway's first sold-out round once cost 83 us per answer, the others ~42 us:
     # with the default number of rounds the path's figure is a measured round, not their mean.

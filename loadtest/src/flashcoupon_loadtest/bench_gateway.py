@@ -295,7 +295,8 @@ def run_paths(
                 kept[name].append(m)
                 print(
                     f"[{tag}] round {i + 1} {name:<20} {m['rps']:>9,.0f} req/s  p50 "
-                    f"{m['p50_ms']:6.2f} ms  p99 {m['p99_ms']:7.2f} ms  {spec.process} CPU "
+                    f"{m['p50_ms']:6.2f} ms  p99 {m['p99_ms']:7.2f} ms  max/p50 "
+                    f"{m['max_ms'] / max(m['p50_ms'], 1e-3):4.1f}x  {spec.process} CPU "
                     f"{m['cpu_us_per_request'].get(spec.process, m['server_cpu_us_per_request'])}"
                     f" us/req  {m['outcomes']}",
                     flush=True,

@@ -136,6 +136,7 @@ def measure(
         "rps": round(throughput(recs), 1),
         "p50_ms": round(lat["p50"], 2),
         "p99_ms": round(lat["p99"], 2),
+        "max_ms": round(lat["max"], 2),
         "outcomes": outcome_counts(recs),
         "driver_cpu_s": round(result.cpu_seconds, 2),
         # CPU the one server process spent per answer: on a shared box this is steadier than

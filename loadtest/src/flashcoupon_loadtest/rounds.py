@@ -46,12 +46,13 @@ def ceiling_rps(
 
 def side(measurements: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One path's figures over its rounds: medians of req/s, latency and CPU per request, and of
-    the box's ceiling (`ceiling_rps`) and busy share (`box_busy`) when the rounds measured them."""
+    the box's ceiling (`ceiling_rps`), busy share (`box_busy`) and slowest answer (`max_ms`)
+    when the rounds measured them."""
     if not measurements:
         raise ValueError("a path without measurements")
     cpu_names = sorted({n for m in measurements for n in m.get("cpu_us_per_request", {})})
     extra = {}
-    for name, digits in (("ceiling_rps", 1), ("box_busy", 3)):
+    for name, digits in (("ceiling_rps", 1), ("box_busy", 3), ("max_ms", 2)):
         values = [float(m[name]) for m in measurements if m.get(name)]
         if values:
             extra[name] = round(statistics.median(values), digits)
