@@ -57,12 +57,16 @@ def test_paused_does_not_change_the_phase() -> None:
 def test_opening_between_two_ticks_is_waited_for() -> None:
     # startAt 0.4 s away with a 1 s refresh: the next tick would come after the doors open.
     assert seconds_to_opening(START - timedelta(seconds=0.4), START, 1.0) == 0.4
+    # One tick away, or a little more: the next tick comes an interval after this one ends,
+    # and late on a busy box, so it may come after the doors open too.
+    assert seconds_to_opening(START - timedelta(seconds=1), START, 1.0) == 1.0
+    assert seconds_to_opening(START - timedelta(seconds=1.3), START, 1.0) == 1.3
 
 
 @pytest.mark.parametrize(
     "now",
     [
-        START - timedelta(seconds=1),  # exactly one tick away: that tick reads it in time
+        START - timedelta(seconds=2),  # two ticks away: the next tick reads it in time
         START - timedelta(seconds=30),
         START,  # open already: the tick reads Active (or SoldOut) itself
         START + timedelta(seconds=0.1),
