@@ -15,6 +15,24 @@ from prometheus_client import REGISTRY
 from tests.support.names import random_name
 
 
+class CountedCalls:
+    """A limiter's script runner with its calls counted, each reply read `late` seconds after
+    it came (a Redis round trip read in a long loop turn)."""
+
+    def __init__(self, runner: ScriptRunner, late: float = 0.0) -> None:
+        self.calls = 0
+        self.late = late
+        self._run = runner.run
+        runner.run = self._counted  # type: ignore[method-assign]
+
+    async def _counted(self, script, keys, args):
+        self.calls += 1
+        reply = await self._run(script, keys, args)
+        if self.late:
+            await asyncio.sleep(self.late)
+        return reply
+
+
 async def test_lua_gcra_matches_the_python_maths(redis_cluster) -> None:
     runner = ScriptRunner(redis_cluster)
     key = user_key(random_name("u"), "api")
@@ -172,15 +190,7 @@ async def test_leases_save_redis_calls_and_never_over_admit(redis_cluster) -> No
     # requests while the limit does not bind, and never more admissions than it allows when
     # it does.
     runner = ScriptRunner(redis_cluster)
-    calls = 0
-    real_run = runner.run
-
-    async def counting_run(script, keys, args):
-        nonlocal calls
-        calls += 1
-        return await real_run(script, keys, args)
-
-    runner.run = counting_run  # type: ignore[method-assign]
+    counted = CountedCalls(runner)
     replicas = [RateLimiter(runner, event_shards=1) for _ in range(2)]
 
     async def hammer(check: Check, seconds: float) -> tuple[int, int, float]:
@@ -206,7 +216,7 @@ async def test_leases_save_redis_calls_and_never_over_admit(redis_cluster) -> No
     # 100k/s with a burst of 20k may rightly refuse a few of.
     roomy = Check("ip", "{rl:ip:" + random_name("ip") + "}", gcra.Limit(1_000_000, 200_000))
     admitted, requests, _ = await hammer(roomy, 1.0)
-    assert admitted == requests and calls < requests / 4, (calls, requests)
+    assert admitted == requests and counted.calls < requests / 4, (counted.calls, requests)
 
     tight = Check("ip", "{rl:ip:" + random_name("ip") + "}", gcra.Limit(2000, 400))
     admitted, requests, elapsed = await hammer(tight, 1.5)
@@ -223,27 +233,17 @@ async def test_presses_queued_behind_a_late_lease_call_are_served_by_its_reply(
     # reply is read; when each took them on waking, the lease had expired by then and they
     # asked again one by one (one call per press, seconds of queueing).
     runner = ScriptRunner(redis_cluster)
-    late, calls = 0.15, 0
-    real_run = runner.run
-
-    async def late_run(script, keys, args):
-        nonlocal calls
-        calls += 1
-        reply = await real_run(script, keys, args)
-        await asyncio.sleep(late)
-        return reply
-
-    runner.run = late_run  # type: ignore[method-assign]
+    counted = CountedCalls(runner, late=0.15)
     limiter = RateLimiter(runner, event_shards=1)
     roomy = Check("ip", ip_key(random_name("ip")), gcra.Limit(1_000_000, 200_000))
     outcomes = await asyncio.gather(*(limiter.check_all([[roomy]]) for _ in range(300)))
     assert all(o[0].allowed for o in outcomes)
-    assert calls <= 6, calls
+    assert counted.calls <= 6, counted.calls
     assert not limiter._inflight  # nothing left waiting on the key
 
     # When the limit binds (replies read at once now), the queue shares each call's tokens,
     # is handed the refusal, and never admits more than the limit allows.
-    late, calls = 0.0, 0
+    counted.late, counted.calls = 0.0, 0
     tight = Check("ip", ip_key(random_name("ip")), gcra.Limit(1000, 400))
     start = time.monotonic()
     results = await asyncio.gather(
@@ -254,7 +254,7 @@ async def test_presses_queued_behind_a_late_lease_call_are_served_by_its_reply(
     assert all(getattr(r, "status", None) == 429 for r in refused), refused[:1]
     admitted = len(results) - len(refused)
     assert refused and 400 <= admitted <= 400 + 1000 * elapsed, (admitted, elapsed)
-    assert calls < 100, calls
+    assert counted.calls < 100, counted.calls
     assert not limiter._inflight
     await runner.aclose()
 
