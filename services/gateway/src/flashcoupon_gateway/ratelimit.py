@@ -81,6 +81,12 @@ class _Lease:
     expires: float
 
 
+def _take(c: Check, lease: _Lease) -> Outcome:
+    """An admission spent from a lease that has a token left."""
+    lease.tokens -= 1
+    return Outcome(c, True, 0, lease.remaining + lease.tokens, 0)
+
+
 def user_key(user: str, what: str) -> str:
     return "{rl:u:" + user + "}:" + what
 
@@ -233,8 +239,7 @@ class RateLimiter:
         if lease.tokens <= 0 or lease.expires < now:
             del self._leases[c.key]
             return None
-        lease.tokens -= 1
-        return Outcome(c, True, 0, lease.remaining + lease.tokens, 0)
+        return _take(c, lease)
 
     def _want(self, c: Check, now: float, queued: int = 0) -> int:
         """Tokens to ask for: the key's recent demand here, or the presses queued for the
@@ -287,8 +292,7 @@ class RateLimiter:
             if outcome is not None and not outcome.allowed:
                 turn.set_result(outcome)
             elif outcome is not None and lease is not None and lease.tokens > 0:
-                lease.tokens -= 1
-                turn.set_result(Outcome(c, True, 0, lease.remaining + lease.tokens, 0))
+                turn.set_result(_take(c, lease))
             else:
                 turn.set_result(None)
                 return
