@@ -20,14 +20,16 @@ from flashcoupon_loadtest.chaos.faults import SHORT_ROWS
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-@pytest.mark.timeout(420)
+# A deadline, not a measure: on a slow, busy 2-core box the short rows once took over 400 s
+# (a clean-clone make test on 2026-11-29), where they usually take a few minutes.
+@pytest.mark.timeout(920)
 def test_short_chaos_rows_lose_nothing_and_answer_truthfully(tmp_path: Path) -> None:
     out = tmp_path / "chaos.json"
     proc = subprocess.run(
         [sys.executable, "-m", "flashcoupon_loadtest.chaos", "--short", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=900,
     )
     print(proc.stdout[-6000:], proc.stderr[-3000:])
     assert out.exists(), f"no result written (exit {proc.returncode})"
