@@ -31,6 +31,7 @@ from flashcoupon_common.http import (
     problem,
     user_from_header,
 )
+from flashcoupon_common.httpserver import sent_whole
 from flashcoupon_common.red_metrics import RouteMetrics
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -213,7 +214,8 @@ class IssueEdge:
             response = await error_response(self._errors, Request(scope, receive), exc)
             reply = Reply.of_response(response)
         try:
-            await reply.send(send)
+            if not sent_whole(send, reply):  # past uvicorn's two messages when it can
+                await reply.send(send)
         finally:
             metrics.record(reply.status, start)
 
