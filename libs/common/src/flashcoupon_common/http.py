@@ -52,7 +52,8 @@ _HTTP_CODES = {
 }
 
 
-_NO_BODY = frozenset({204, 304})  # and 1xx: statuses Starlette sends without Content-Length
+# And 1xx: statuses sent without a body or Content-Length (Starlette; httpserver.sent_whole).
+NO_BODY = frozenset({204, 304})
 
 
 Headers = list[tuple[bytes, bytes]]  # as ASGI messages carry them: lower-case names, Latin-1
@@ -72,7 +73,7 @@ class Reply(NamedTuple):
     def of(cls, status: int, headers: Headers, body: bytes) -> Reply:
         """`headers` (without a Content-Length) and the Content-Length Starlette's `Response`
         would add for `body`: none for a body-less status (1xx, 204, 304)."""
-        if status >= 200 and status not in _NO_BODY:
+        if status >= 200 and status not in NO_BODY:
             headers = [*headers, (b"content-length", b"%d" % len(body))]
         return cls(status, headers, body)
 
@@ -111,7 +112,7 @@ class JSONResponse(Response):
         media_type: str | None = None,
         background: Any = None,
     ) -> None:
-        if headers or media_type or background or status_code in _NO_BODY or status_code < 200:
+        if headers or media_type or background or status_code in NO_BODY or status_code < 200:
             super().__init__(content, status_code, headers, media_type, background)
             return
         # The common answer (a coupon, an event) has no headers of its own: its two headers
