@@ -206,14 +206,14 @@ async def test_sold_out_answers_make_no_redis_call(stack, redis_cluster, events)
     ):
         batcher = app.state["batcher"]
         calls = 0
-        real_submit = batcher.submit
+        real_submit = batcher.submit_many
 
         def counting(*args: Any) -> Any:
             nonlocal calls
             calls += 1
             return real_submit(*args)
 
-        batcher.submit = counting
+        batcher.submit_many = counting
         winners = []
         for i in range(3):  # the reply for the last coupon says remaining 0: learned there
             h = {"X-Flashcoupon-User": f"u{i}", "Idempotency-Key": f"k{i}"}

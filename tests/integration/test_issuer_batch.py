@@ -26,6 +26,19 @@ def fresh_script() -> LuaScript:
     )
 
 
+def fresh_adder(stride: int = 1) -> LuaScript:
+    """Like issue.lua: any number of calls in one run, one reply each, in order; it counts its
+    runs. New to every node, as fresh_script."""
+    source = (
+        f"-- {uuid.uuid4()}\n"
+        "redis.call('HINCRBY', KEYS[1], 'runs', 1)\n"
+        "local out = {}\n"
+        "for i = 1, #ARGV do out[i] = redis.call('HINCRBY', KEYS[1], 'total', ARGV[i]) end\n"
+        "return out"
+    )
+    return LuaScript.from_source("add", source, stride=stride)
+
+
 @pytest.fixture
 async def own_client(stack) -> AsyncIterator[object]:
     client = create_redis_cluster(stack.redis)
@@ -64,15 +77,7 @@ async def test_concurrent_calls_share_round_trips_and_reload_scripts(own_client)
 
 
 async def test_calls_of_a_stride_script_on_the_same_keys_run_as_one_script(own_client) -> None:
-    # Like issue.lua: any number of calls in one run, one reply each, in order.
-    source = (
-        f"-- {uuid.uuid4()}\n"
-        "redis.call('HINCRBY', KEYS[1], 'runs', 1)\n"
-        "local out = {}\n"
-        "for i = 1, #ARGV do out[i] = redis.call('HINCRBY', KEYS[1], 'total', ARGV[i]) end\n"
-        "return out"
-    )
-    adder = LuaScript.from_source("add", source, stride=1)
+    adder = fresh_adder()
     name = f"stride-{uuid.uuid4().hex[:8]}"
     batcher = ScriptBatcher(own_client, client=name)
     keys = [f"{{t:{name}:{i % 3}}}:h" for i in range(600)]
@@ -90,6 +95,40 @@ async def test_calls_of_a_stride_script_on_the_same_keys_run_as_one_script(own_c
         assert sent >= 600  # the batch-size histogram still counts calls, not script runs
     finally:
         await own_client.delete(*set(keys))
+        await batcher.aclose()
+
+
+async def test_calls_submitted_together_run_with_single_calls_and_get_their_replies(
+    own_client,
+) -> None:
+    # submit_many (the issuer's presses of one event, from a batch): one item, one future for
+    # the replies of all its calls, merged into the same script run as calls queued alone.
+    adder = fresh_adder()
+    name = f"many-{uuid.uuid4().hex[:8]}"
+    batcher = ScriptBatcher(own_client, client=name, max_batch=8)
+    key = f"{{t:{name}}}:h"
+    try:
+        assert await batcher.call(adder, [key], [1]) == 1  # the script loaded
+        alone = batcher.submit(adder, [key], [10])
+        together = batcher.submit_many(adder, [key], [100, 1000, 10000])
+        after = batcher.submit(adder, [key], [100000])
+        assert await asyncio.gather(alone, together, after) == [
+            11, [111, 1111, 11111], 111111,
+        ]  # fmt: skip
+        assert int(await own_client.hget(key, "runs")) == 2  # the load, then one run
+        _, sent = _batches(name)
+        assert sent == 7  # calls, not queued items (the first one twice: NOSCRIPT)
+        # Beyond max_batch calls the queue is cut between items, never inside one: 8 calls
+        # go in two runs, the item of 6 whole.
+        runs = [batcher.submit_many(adder, [key], [1] * 6), batcher.submit(adder, [key], [1])]
+        runs.append(batcher.submit_many(adder, [key], [1, 1]))
+        replies = await asyncio.gather(*runs)
+        assert [len(r) if isinstance(r, list) else 1 for r in replies] == [6, 1, 2]
+        assert int(await own_client.hget(key, "runs")) == 4
+        with pytest.raises(ValueError, match="whole strides"):
+            batcher.submit_many(fresh_adder(stride=2), [key], [1, 2, 3])
+    finally:
+        await own_client.delete(key)
         await batcher.aclose()
 
 

@@ -6,6 +6,7 @@ take minutes on two shared cores.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from flashcoupon_common import event_state, keys, lua
 from flashcoupon_common.event_spec import EventSpec, TierSpec
 from flashcoupon_common.holders import Holders
 from flashcoupon_common.messages import Discount
+from flashcoupon_common.redis_batch import NotReplicatedError
 
 from tests.support.names import random_name
 
@@ -112,3 +114,25 @@ async def _nobody(event_id: str) -> frozenset[str]:
 
 
 NOBODY = Holders(_nobody)  # an event whose holders are none of the users asking
+
+
+def per_press(script: Callable[..., Awaitable[Any]]) -> Any:
+    """IssueService's script call made of a fake that answers one press at a time:
+    `script(event_id, user, request_id, traceparent, deadline, allowance)` gives the press's
+    reply. What it raises fails the whole call, as a failed script run does, except that a
+    NotReplicatedError (WAIT: the run's writes unconfirmed) carries every press's reply."""
+
+    async def call(event_id: str, presses: Sequence[Any], deadline: float | None) -> list[Any]:
+        replies: list[Any] = []
+        unconfirmed: NotReplicatedError | None = None
+        for user, rid, tp, allowance in presses:
+            try:
+                replies.append(await script(event_id, user, rid, tp, deadline, allowance))
+            except NotReplicatedError as exc:
+                unconfirmed = exc
+                replies.append(exc.result)
+        if unconfirmed is not None:
+            raise NotReplicatedError(replies, unconfirmed.acked)
+        return replies
+
+    return call

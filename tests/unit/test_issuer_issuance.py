@@ -10,7 +10,7 @@ from flashcoupon_issuer.issuance import IssueService, ReplayCache, SoldOutCache,
 from prometheus_client import REGISTRY
 
 from tests.support.clock import FakeClock
-from tests.support.issuer import NOBODY
+from tests.support.issuer import NOBODY, per_press
 from tests.support.metrics import sample
 
 COUPON = [b"ABCD0123456789", b"big", b"fixed", b"10000", b"", b"", 1_000, 61_000]
@@ -105,7 +105,7 @@ def test_service_learns_sold_out_from_the_last_coupon() -> None:
         return [b"ISSUED", 0, 0, 1, *COUPON]
 
     async def scenario() -> None:
-        service = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY)
+        service = IssueService(per_press(script), SoldOutCache(ttl=60), holders=NOBODY)
         first = await service.issue("ev", "u1", "k1", "", keyed=True)
         assert first.status == "ISSUED"
         assert (await service.issue("ev", "u2", "r", "", keyed=False)).status == "SOLD_OUT"
@@ -128,7 +128,7 @@ def _fixed_script(reply: list[Any]) -> Any:
     async def script(*args: str) -> list[Any]:
         return reply
 
-    return script
+    return per_press(script)
 
 
 def test_only_a_real_sell_out_is_learned() -> None:
@@ -195,7 +195,7 @@ def test_a_shopper_answered_503_learns_the_coupon_after_the_sell_out() -> None:
     async def scenario() -> None:
         from flashcoupon_issuer.issuance import IssuerUnavailable
 
-        service = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY)
+        service = IssueService(per_press(script), SoldOutCache(ttl=60), holders=NOBODY)
         unavailable = await service.issue("ev", "held", "r1", "", keyed=False, budget_ms=2000)
         assert isinstance(unavailable, IssuerUnavailable)
         assert (await service.issue("ev", "other", "r2", "", keyed=False)).status == "SOLD_OUT"
@@ -231,10 +231,12 @@ def test_unconfirmed_coupon_fails_closed_or_degrades_by_setting() -> None:
         raise NotReplicatedError([b"ISSUED", 5, 0, 1, *COUPON], 0)
 
     async def scenario() -> None:
-        closed = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY)
+        closed = IssueService(per_press(script), SoldOutCache(ttl=60), holders=NOBODY)
         assert (await closed.issue("ev", "u", "k", "", keyed=True)).status == "NOT_DURABLE"
         before = sample("flashcoupon_issuer_unconfirmed_total")
-        open_ = IssueService(script, SoldOutCache(ttl=60), holders=NOBODY, unconfirmed="degrade")
+        open_ = IssueService(
+            per_press(script), SoldOutCache(ttl=60), holders=NOBODY, unconfirmed="degrade"
+        )
         outcome = await open_.issue("ev", "u", "k", "", keyed=True)
         assert outcome.status == "ISSUED" and outcome.coupons[0].code == "ABCD0123456789"
         assert sample("flashcoupon_issuer_unconfirmed_total") == before + 1
@@ -259,7 +261,7 @@ def test_a_holder_is_told_the_coupon_after_the_sell_out_others_are_answered_loca
         return frozenset({"held"})
 
     async def scenario() -> None:
-        service = IssueService(script, SoldOutCache(ttl=60), holders=Holders(holders))
+        service = IssueService(per_press(script), SoldOutCache(ttl=60), holders=Holders(holders))
         assert (await service.issue("ev", "held", "r1", "", keyed=False)).status == "ISSUED"
         crowd = await asyncio.gather(
             *(service.issue("ev", f"u{i}", "r", "", keyed=False) for i in range(50))
@@ -287,7 +289,7 @@ def test_holders_unreadable_sends_presses_to_the_script() -> None:
             calls += 1
             return await script(*args)
 
-        service = IssueService(counted, SoldOutCache(ttl=60), holders=Holders(broken))
+        service = IssueService(per_press(counted), SoldOutCache(ttl=60), holders=Holders(broken))
         for i in range(3):
             assert (await service.issue("ev", f"u{i}", "r", "", keyed=False)).status == "SOLD_OUT"
         assert calls == 3  # no holders known: nobody is answered from the flag
@@ -326,7 +328,7 @@ def _by_user(replies: dict[str, Any]) -> Any:
             await asyncio.Event().wait()  # never answers
         return reply
 
-    return script
+    return per_press(script)
 
 
 def _summary(outcome: Any) -> tuple[str, ...]:
@@ -384,9 +386,9 @@ def test_a_batch_of_presses_is_answered_as_each_press_alone() -> None:
 
 
 def test_a_batch_answers_at_its_deadline_and_cancels_what_did_not_reply() -> None:
-    """One call that never replies: the batch is answered at the caller's budget (the others
-    with their outcomes, that one 503) and its call is cancelled, so the batcher never sends
-    it again."""
+    """One event's call that never replies: the batch is answered at the caller's budget (the
+    other event's presses with their outcomes, that event's 503) and its call is cancelled, so
+    the batcher never sends it again."""
     from flashcoupon_issuer.issuance import IssuerUnavailable
 
     futures: list[asyncio.Future[Any]] = []
@@ -394,25 +396,71 @@ def test_a_batch_answers_at_its_deadline_and_cancels_what_did_not_reply() -> Non
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
 
-        def call(event_id: str, user: str, *rest: Any) -> asyncio.Future[Any]:
+        def call(event_id: str, presses: Any, deadline: float | None) -> asyncio.Future[Any]:
             future: asyncio.Future[Any] = loop.create_future()
-            if user == "answered":
-                future.set_result([b"ISSUED", 3, 0, 1, *COUPON])
+            if event_id == "ev-answered":
+                future.set_result([[b"ISSUED", 3, 0, 1, *COUPON]])
             futures.append(future)
             return future
 
         service = IssueService(call, SoldOutCache(ttl=60), holders=NOBODY)
         started = loop.time()
         answered, silent = await service.issue_many(
-            [("ev", "answered", "k1", "", True, None), ("ev", "silent", "k2", "", True, None)],
+            [("ev-answered", "a", "k1", "", True, None), ("ev-silent", "s", "k2", "", True, None)],
             budget_ms=100,
         )
         assert loop.time() - started < 1.0  # the 50 ms floor of call_budget, not 15 s
         assert not isinstance(answered, IssuerUnavailable) and answered.status == "ISSUED"
         assert isinstance(silent, IssuerUnavailable)
-        assert futures[1].cancelled() and ("ev", "silent") in service.unsettled
+        assert futures[1].cancelled() and ("ev-silent", "s") in service.unsettled
 
     asyncio.run(scenario())
+
+
+def test_a_batch_makes_one_call_per_event_and_answers_in_the_batch_order() -> None:
+    """Presses of two events, interleaved: one script call each, carrying that event's presses
+    in order (what one run of issue.lua takes); the answers come back in the batch's order."""
+    calls: list[tuple[str, list[Any]]] = []
+
+    async def call(event_id: str, presses: Any, deadline: float | None) -> list[Any]:
+        calls.append((event_id, list(presses)))
+        return [[b"ISSUED", n, 0, 1, *COUPON] for n, _ in enumerate(presses)]
+
+    async def scenario() -> list[Any]:
+        service = IssueService(call, SoldOutCache(ttl=60), holders=NOBODY)
+        presses: list[Any] = [
+            ("ev-x", "u0", "k0", "", True, None),
+            ("ev-y", "u1", "k1", "tp1", True, (100_000, 5)),
+            ("ev-x", "u2", "k2", "", True, None),
+            ("ev-x", "u3", "k3", "", True, None),
+        ]
+        return await service.issue_many(presses)
+
+    outcomes = asyncio.run(scenario())
+    assert calls == [
+        ("ev-x", [("u0", "k0", "", None), ("u2", "k2", "", None), ("u3", "k3", "", None)]),
+        ("ev-y", [("u1", "k1", "tp1", (100_000, 5))]),
+    ]
+    assert [o.remaining for o in outcomes] == [0, 0, 1, 2]  # each press its own reply
+
+
+def test_each_press_of_a_call_gets_its_own_reply_or_the_calls_error() -> None:
+    """Unconfirmed writes (WAIT) carry each press's reply; a reply that is not one per press
+    is an error for each rather than a coupon handed to the wrong shopper."""
+    from flashcoupon_common.redis_batch import NotReplicatedError
+    from flashcoupon_issuer.issuance import each_press
+    from redis.exceptions import ResponseError
+
+    assert each_press([b"r0", b"r1"], None, 2) == [(b"r0", None), (b"r1", None)]
+    down = ConnectionError("gone")
+    assert each_press(None, down, 2) == [(None, down), (None, down)]
+    split = each_press(None, NotReplicatedError([b"r0", b"r1"], 0), 2)
+    assert [(r, e.result, e.acked) for r, e in split] == [(None, b"r0", 0), (None, b"r1", 0)]
+    for wrong in ([b"r0"], b"r0", None):
+        got = each_press(wrong, None, 2)
+        assert len(got) == 2 and all(isinstance(e, ResponseError) for _, e in got)
+    short = each_press(None, NotReplicatedError([b"r0"], 0), 2)
+    assert all(isinstance(e, ResponseError) for _, e in short)
 
 
 def test_a_batch_after_the_sell_out_loads_holders_once_and_counts_each_press_once() -> None:
@@ -430,7 +478,7 @@ def test_a_batch_after_the_sell_out_loads_holders_once_and_counts_each_press_onc
         return frozenset({"held", "keyed"})
 
     async def scenario() -> None:
-        service = IssueService(script, SoldOutCache(ttl=60), holders=Holders(holders))
+        service = IssueService(per_press(script), SoldOutCache(ttl=60), holders=Holders(holders))
         service.replays.put("ev-h", "keyed", "k1", [b"ISSUED", 0, 0, 1, *COUPON])
         service.learn_sold_out("ev-h")
         local_before = sample("flashcoupon_issuer_sold_out_local_total", event="ev-h")

@@ -52,3 +52,16 @@ def test_a_pipeline_cut_short_leaves_the_unanswered_frames_out() -> None:
     batch = calls([(MANY, "x"), (ONE, "y"), (MANY, "z")])
     done, answers = _unframe(_frames(batch), [[b"r0"]])
     assert [c.args[0] for c in done] == [0] and answers == [b"r0"]
+
+
+def test_an_item_of_calls_submitted_together_gets_the_list_of_its_replies() -> None:
+    batch = calls([(MANY, "x"), (MANY, "x"), (ONE, "y")])
+    batch[1].count, batch[1].args = 2, [1, 1]  # submit_many of two calls
+    done, answers = _unframe(_frames(batch), [[b"r0", b"r1a", b"r1b"], b"r2"])
+    assert [c.args[0] for c in done] == [0, 1, 2]
+    assert answers == [b"r0", [b"r1a", b"r1b"], b"r2"]
+    one = calls([(MANY, "x")])
+    one[0].count = 1  # submit_many of one call: still a list
+    assert _unframe(_frames(one), [[b"only"]])[1] == [[b"only"]]
+    _, short = _unframe(_frames(batch), [[b"r0", b"r1a"], b"r2"])  # one reply short
+    assert isinstance(short[0], ResponseError) and isinstance(short[1], ResponseError)

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from starlette.applications import Starlette
 
-from tests.support.issuer import NOBODY
+from tests.support.issuer import NOBODY, per_press
 
 CLIENT_TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACE_ID = int("0af7651916cd43dd8448eb211c80319c", 16)
@@ -152,7 +152,7 @@ def test_the_issuer_records_its_own_span_in_the_outbox_and_logs_in_it(
         written.append(tp)
         return [b"ISSUED", 41, 0, 1, *COUPON]
 
-    service = IssueService(call, SoldOutCache(1.0), holders=NOBODY)
+    service = IssueService(per_press(call), SoldOutCache(1.0), holders=NOBODY)
     with json_lines("flashcoupon_issuer.http") as lines:
         status = asyncio.run(_post(IssueEdge(Starlette()), service, CLIENT_TP))
     assert status == 201

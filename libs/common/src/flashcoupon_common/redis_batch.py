@@ -14,7 +14,10 @@ A script declared with a `stride` (issue.lua) takes any number of calls in one r
 of a batch with the same keys (the presses of one event) are sent as one EVALSHA whose ARGV is
 their arguments one after another, and its list reply is split back, one reply per call. The
 script's fixed work (the call, reading the event, the clock, writing the stock back) is then
-paid once per batch instead of once per press.
+paid once per batch instead of once per press. A caller holding several such calls at once (the
+issuer's batch route: a gateway's presses of one event) submits them as one (`submit_many`):
+one queued item and one future for all of them, where a future each cost the issuer more per
+press than the rest of the batching (docs/issuer.md, "One call per event of a batch").
 
 The batcher keeps its own small connections per node (resp.NodeConnection: a protocol and the
 hiredis parser) and writes RESP itself, with each script's "EVALSHA <sha>" encoded once:
@@ -100,6 +103,14 @@ class _Call:
     future: asyncio.Future[Any]
     deadline: float
     attempts: int = 0
+    # 0: one call, its reply the future's result; n > 0: n calls of a stride script submitted
+    # together (submit_many), the list of their n replies the future's result.
+    count: int = 0
+
+    @property
+    def size(self) -> int:
+        """How many script calls this item carries (what `max_batch` counts)."""
+        return self.count or 1
 
 
 @dataclass(slots=True)
@@ -107,6 +118,7 @@ class _NodeQueue:
     host: str
     port: int
     calls: deque[_Call] = field(default_factory=deque)
+    queued: int = 0  # script calls in `calls` (an item of submit_many carries several)
     idle: list[NodeConnection] = field(default_factory=list)
     busy: set[NodeConnection] = field(default_factory=set)  # closed by aclose too
     inflight: int = 0
@@ -182,14 +194,40 @@ class ScriptBatcher:
         `deadline` (time.monotonic()) ends retrying earlier than `retry_deadline`; a caller
         that stops waiting should cancel the future: a cancelled call is never sent again.
         """
-        loop = asyncio.get_running_loop()
+        return self._queued(script, keys, args, deadline, 0)
+
+    def submit_many(
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        deadline: float | None = None,
+    ) -> asyncio.Future[list[Any]]:
+        """`submit` for several calls of a stride script on the same keys: `args` holds their
+        arguments one call after another (`script.stride` each), and the future's result is
+        their replies in that order. They are queued, sent, retried and failed as one item:
+        one run of the script, as the batcher would have merged them anyway."""
+        count, rest = divmod(len(args), script.stride) if script.stride else (0, 1)
+        if not count or rest:
+            raise ValueError(f"{script.name}: submit_many needs whole strides of arguments")
+        return self._queued(script, keys, args, deadline, count)
+
+    def _queued(
+        self,
+        script: LuaScript,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        deadline: float | None,
+        count: int,
+    ) -> asyncio.Future[Any]:
         limit = time.monotonic() + self.retry_deadline
         item = _Call(
             script,
             keys,
             args,
-            loop.create_future(),
+            asyncio.get_running_loop().create_future(),
             limit if deadline is None else min(deadline, limit),
+            count=count,
         )
         self._enqueue(item)
         return item.future
@@ -249,7 +287,8 @@ class ScriptBatcher:
         if queue is None:
             queue = self._queues[node.name] = _NodeQueue(node.host, int(node.port))
         queue.calls.append(item)
-        if len(queue.calls) >= self.max_batch:
+        queue.queued += item.size
+        if queue.queued >= self.max_batch:
             self._dispatch(queue)  # a full batch goes now, not at the end of the turn
         elif not queue.scheduled:
             queue.scheduled = True
@@ -267,7 +306,7 @@ class ScriptBatcher:
         batch), instead of a turn later when the batch's task first runs. Without an idle
         connection the task opens one."""
         while queue.calls and queue.inflight < self.max_inflight:
-            batch = [queue.calls.popleft() for _ in range(min(self.max_batch, len(queue.calls)))]
+            batch = _take(queue, self.max_batch)
             # A call whose caller gave up (future cancelled) is not sent: its answer is gone,
             # so running the script now could only do something nobody is told about.
             batch = [c for c in batch if not c.future.done()]
@@ -302,7 +341,7 @@ class ScriptBatcher:
         return sent.wire
 
     async def _send(self, queue: _NodeQueue, batch: list[_Call], sent: _Sent) -> None:
-        self._sizes.observe(len(batch))
+        self._sizes.observe(sum([c.size for c in batch]))
         frames = sent.frames
         settled = sent.settled  # set by _settle_at_once when the replies needed nothing more
         wire = sent.wire
@@ -445,6 +484,20 @@ class ScriptBatcher:
             logger.warning("redis cluster slot map refresh failed: %r", exc)
 
 
+def _take(queue: _NodeQueue, max_batch: int) -> list[_Call]:
+    """The next batch off the queue: its first item, and the items after it while the batch
+    stays within `max_batch` script calls (an item of submit_many is not split)."""
+    calls = queue.calls
+    first = calls.popleft()
+    batch, taken = [first], first.size
+    while calls and taken + calls[0].size <= max_batch:
+        item = calls.popleft()
+        batch.append(item)
+        taken += item.size
+    queue.queued -= taken
+    return batch
+
+
 def _frames(batch: list[_Call]) -> list[list[_Call]]:
     """The batch as EVALSHAs to send: calls of a stride script with the same keys (presses of
     one event) become one frame, in the order their first call was queued; others stay one
@@ -466,19 +519,27 @@ def _frames(batch: list[_Call]) -> list[list[_Call]]:
 
 def _unframe(frames: list[list[_Call]], replies: list[Any]) -> tuple[list[_Call], list[Any]]:
     """Each call with its own reply: a stride script answers a list, one reply per call; an
-    error reply (NOSCRIPT, MOVED, ...) concerns every call of its frame. Frames without a
-    reply (a pipeline cut short) are left out, as before."""
+    error reply (NOSCRIPT, MOVED, ...) concerns every call of its frame; an item of
+    submit_many gets the list of its calls' replies. Frames without a reply (a pipeline cut
+    short) are left out, as before."""
     calls: list[_Call] = []
     answers: list[Any] = []
     for frame, reply in zip(frames, replies, strict=False):
         calls.extend(frame)
         if not frame[0].script.stride:
             answers.append(reply)
-        elif isinstance(reply, Exception):
+            continue
+        size = sum([c.size for c in frame])
+        if isinstance(reply, Exception):
             answers.extend([reply] * len(frame))
-        elif isinstance(reply, list) and len(reply) == len(frame):
+        elif not isinstance(reply, list) or len(reply) != size:
+            bad = ResponseError(f"{frame[0].script.name}: {size} calls, reply {reply!r:.80}")
+            answers.extend([bad] * len(frame))
+        elif not any([c.count for c in frame]):  # no item of submit_many: one reply each
             answers.extend(reply)
         else:
-            bad = ResponseError(f"{frame[0].script.name}: {len(frame)} calls, reply {reply!r:.80}")
-            answers.extend([bad] * len(frame))
+            at = 0
+            for c in frame:
+                answers.append(reply[at : at + c.count] if c.count else reply[at])
+                at += c.size
     return calls, answers

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -30,7 +30,13 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
 from flashcoupon_issuer import http, metrics
-from flashcoupon_issuer.issuance import AllowanceLimit, IssueService, ScriptCall, SoldOutCache
+from flashcoupon_issuer.issuance import (
+    AllowanceLimit,
+    IssueService,
+    ScriptCall,
+    ScriptPress,
+    SoldOutCache,
+)
 from flashcoupon_issuer.settings import IssuerSettings
 
 logger = logging.getLogger(__name__)
@@ -48,42 +54,40 @@ def issue_script(settings: IssuerSettings) -> LuaScript:
     return ISSUE_FIELD_ENTRIES if settings.outbox_entry == "fields" else ISSUE
 
 
+def script_argv(presses: Sequence[ScriptPress]) -> list[str | int]:
+    """issue.lua's ARGV for presses of one event: each press's values, one after another."""
+    argv: list[str | int] = []
+    for user, rid, tp, allowance in presses:
+        argv += press_argv(user, rid, tp, allowance)
+    return argv
+
+
 def batched_call(batcher: ScriptBatcher, script: LuaScript) -> ScriptCall:
-    # The lifespan initializes the cluster client before serving, so `submit` may be used: the
-    # reply's future is awaited by IssueService directly (a coroutine frame less per request).
+    # The lifespan initializes the cluster client before serving, so `submit_many` may be used:
+    # the replies' future is awaited by IssueService directly (a coroutine frame less per
+    # call), one future for every press of the call.
     def call(
-        event_id: str,
-        user: str,
-        rid: str,
-        tp: str,
-        deadline: float | None,
-        allowance: AllowanceLimit,
-    ) -> Awaitable[Any]:
-        return batcher.submit(
-            script, keys.issue_keys(event_id), press_argv(user, rid, tp, allowance), deadline
-        )
+        event_id: str, presses: Sequence[ScriptPress], deadline: float | None
+    ) -> Awaitable[list[Any]]:
+        argv = script_argv(presses)
+        return batcher.submit_many(script, keys.issue_keys(event_id), argv, deadline)
 
     return call
 
 
 def naive_call(redis: RedisCluster, script: LuaScript) -> ScriptCall:
-    """One EVALSHA round trip per request (the benchmark's baseline)."""
+    """One EVALSHA round trip per call (the benchmark's baseline)."""
 
     async def call(
-        event_id: str,
-        user: str,
-        rid: str,
-        tp: str,
-        deadline: float | None,
-        allowance: AllowanceLimit,
-    ) -> Any:
+        event_id: str, presses: Sequence[ScriptPress], deadline: float | None
+    ) -> list[Any]:
         k = keys.issue_keys(event_id)  # redis-py retries on its own terms; `deadline` unused
-        args = press_argv(user, rid, tp, allowance)
+        args = script_argv(presses)
         try:
             replies = await redis.evalsha(script.sha, len(k), *k, *args)
         except NoScriptError:
             replies = await redis.eval(script.source, len(k), *k, *args)
-        return replies[0]  # one press: the first (only) reply
+        return list(replies)
 
     return call
 

@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 from flashcoupon_common.holders import Holders, holds_nothing
 from flashcoupon_common.messages import Discount
 from flashcoupon_common.redis_batch import NotReplicatedError
+from redis.exceptions import ResponseError
 
 from flashcoupon_issuer import metrics
 
@@ -46,9 +47,11 @@ logger = logging.getLogger(__name__)
 # The shopper's per-event allowance the gateway asks issue.lua to decide with the issue:
 # (emission interval in µs, burst); None: not decided here (docs/gateway.md).
 AllowanceLimit = tuple[int, int] | None
-# (event id, user id, request id, traceparent, deadline as time.monotonic() or None,
-#  allowance) → reply
-ScriptCall = Callable[[str, str, str, str, float | None, AllowanceLimit], Awaitable[Any]]
+# One press as issue.lua takes it: (user id, request id, traceparent, allowance).
+ScriptPress = tuple[str, str, str, AllowanceLimit]
+# (event id, presses of that event, deadline as time.monotonic() or None) → the script's
+# replies, one per press in order: one script run for all of them (redis_batch.submit_many).
+ScriptCall = Callable[[str, Sequence[ScriptPress], float | None], Awaitable[list[Any]]]
 # One press of IssueService.issue_many:
 # (event id, user id, request id, traceparent, keyed, allowance)
 PressArgs = tuple[str, str, str, str, bool, AllowanceLimit]
@@ -325,28 +328,32 @@ class IssueService:
             return local
         seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
         deadline = time.monotonic() + seconds
-        call = self._call(event_id, user_id, request_id, traceparent, deadline, allowance)
+        call = self._call(event_id, [(user_id, request_id, traceparent, allowance)], deadline)
+        replies: Any = None
+        error: Exception | None = None
         try:
             if budget_ms is None:
-                reply = await call
+                replies = await call
             else:
                 # The batcher stops retrying at the deadline; the timeout also bounds a batch
                 # already on the wire. Cancelling the call's future keeps it from being sent.
                 async with asyncio.timeout(seconds):
-                    reply = await call
+                    replies = await call
         except Exception as exc:  # noqa: BLE001 - _conclude sorts what a failure means
-            return self._conclude(event_id, user_id, request_id, keyed, None, exc, seconds)
-        return self._conclude(event_id, user_id, request_id, keyed, reply, None, seconds)
+            error = exc
+        ((reply, error),) = each_press(replies, error, 1)
+        return self._conclude(event_id, user_id, request_id, keyed, reply, error, seconds)
 
     async def issue_many(
         self, presses: Sequence[PressArgs], budget_ms: int | None = None
     ) -> list[Outcome | IssuerUnavailable]:
         """Each press answered as `issue` answers it alone, with one wait for all their script
-        calls.
+        calls: one call per event, carrying that event's presses.
 
         Why not `issue` per press: a task and a timer per press cost the issuer more of its
         loop than the issuing itself once a gateway forwards presses in batches (docs/issuer.md,
-        "Batching"). Here the calls are submitted together and awaited once, under one deadline.
+        "Batching"), and so did a future per press ("One call per event of a batch"). Here the
+        calls are submitted together and awaited once, under one deadline.
         """
         decided = [self._answer_locally(p[0], p[1], p[2], p[4]) for p in presses]
         unknown = [i for i, (_, holders_unknown) in enumerate(decided) if holders_unknown]
@@ -357,11 +364,14 @@ class IssueService:
         seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
         deadline = time.monotonic() + seconds
         results: list[Outcome | IssuerUnavailable | None] = [local for local, _ in decided]
-        calls: dict[int, asyncio.Future[Any]] = {}
-        for i, (event_id, user_id, request_id, traceparent, _, allowance) in enumerate(presses):
+        pending: dict[str, list[int]] = {}  # event id → its presses for the script
+        for i, press in enumerate(presses):
             if results[i] is None:
-                call = self._call(event_id, user_id, request_id, traceparent, deadline, allowance)
-                calls[i] = asyncio.ensure_future(call)
+                pending.setdefault(press[0], []).append(i)
+        calls: dict[str, asyncio.Future[list[Any]]] = {}
+        for event_id, indices in pending.items():
+            script_presses = [(p[1], p[2], p[3], p[5]) for p in map(presses.__getitem__, indices)]
+            calls[event_id] = asyncio.ensure_future(self._call(event_id, script_presses, deadline))
         if calls:
             try:
                 _, late = await asyncio.wait(calls.values(), timeout=seconds)
@@ -371,10 +381,16 @@ class IssueService:
                 raise
             for future in late:
                 future.cancel()  # a cancelled call is never sent again
-        settled = [(i, _reply_or_error(f, seconds)) for i, f in calls.items()]
-        for i, (reply, error) in settled:
-            event_id, user_id, request_id, _, keyed, _ = presses[i]
-            results[i] = self._conclude(event_id, user_id, request_id, keyed, reply, error, seconds)
+        for event_id, future in calls.items():
+            indices = pending[event_id]
+            replies, error = _reply_or_error(future, seconds)
+            for i, (reply, press_error) in zip(
+                indices, each_press(replies, error, len(indices)), strict=True
+            ):
+                _, user_id, request_id, _, keyed, _ = presses[i]
+                results[i] = self._conclude(
+                    event_id, user_id, request_id, keyed, reply, press_error, seconds
+                )
         return [r for r in results if r is not None]  # each press has its outcome by now
 
     def _answer_locally(
@@ -473,6 +489,24 @@ class IssueService:
         """The event was deleted: drop its flag and its metric series."""
         self.supply_changed(event_id)
         metrics.forget_event(event_id)
+
+
+def each_press(
+    replies: Any, error: Exception | None, presses: int
+) -> list[tuple[Any, Exception | None]]:
+    """Each press of one script call with its own reply or error. An error concerns them all,
+    except that NotReplicatedError carries the script's replies: each press gets its own. A
+    reply that is not one per press is an error for each (the script or its caller is wrong)."""
+    result = error.result if isinstance(error, NotReplicatedError) else replies
+    if error is None or isinstance(error, NotReplicatedError):
+        if not isinstance(result, list) or len(result) != presses:
+            error = ResponseError(f"issue.lua: {presses} press(es), reply {result!r:.80}")
+        elif error is None:
+            return [(reply, None) for reply in result]
+        else:
+            acked = error.acked
+            return [(None, NotReplicatedError(reply, acked)) for reply in result]
+    return [(None, error)] * presses
 
 
 def _reply_or_error(future: asyncio.Future[Any], seconds: float) -> tuple[Any, Exception | None]:
