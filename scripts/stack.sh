@@ -54,6 +54,16 @@ log() { printf '[stack %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[stack] ERROR: %s\n' "$*" >&2; exit 1; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+REUSED_DIR=$STACK_DIR/reused
+# A server another checkout started, reused here: its pid (the process listening on the port,
+# from ss) goes to reused/NAME.pid, which `down` never stops, so the demo's per-phase CPU
+# still finds it (flashcoupon_loadtest.cpu_watch.stack_pids). Nothing is recorded without ss.
+record_reused() { # name port
+  local pid
+  mkdir -p "$REUSED_DIR"
+  pid=$(ss -ltnpH "sport = :$2" 2>/dev/null | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1) || true
+  if [ -n "$pid" ]; then echo "$pid" >"$REUSED_DIR/$1.pid"; else rm -f "$REUSED_DIR/$1.pid"; fi
+}
 port_open() { (exec 3<>"/dev/tcp/$STACK_HOST/$1") 2>/dev/null; }
 
 wait_for() { # seconds description command...
@@ -120,6 +130,7 @@ redis_start() {
       # leave it alone on `down`, which only stops pids recorded here.
       redis-cli -h "$STACK_HOST" -p "$port" ping >/dev/null 2>&1 || die "port $port is taken by something that is not Redis"
       log "redis :$port already running (not started by this checkout); reusing it"
+      record_reused "redis-$port" "$port"
       continue
     fi
     # No RDB/AOF: the local stack is disposable. Durability across node loss is what
@@ -220,6 +231,7 @@ kafka_start() {
     if port_open $((KAFKA_BASE_PORT + id - 1)); then
       # Reused as is; the round-trip probe below tells whether it really is a working broker.
       log "kafka :$((KAFKA_BASE_PORT + id - 1)) already running (not started by this checkout); reusing it"
+      record_reused "kafka-$id" $((KAFKA_BASE_PORT + id - 1))
       continue
     fi
     kafka_write_config "$id"
@@ -259,6 +271,7 @@ mariadb_start() {
     mysql_tcp -e 'SELECT 1' >/dev/null 2>&1 \
       || die "port $MYSQL_PORT is taken by something that does not accept the project login"
     log "mariadb :$MYSQL_PORT already running (not started by this checkout); reusing it"
+    record_reused mariadb "$MYSQL_PORT"
     return
   fi
   if ! alive "$PID_DIR/mariadb.pid"; then
@@ -387,6 +400,7 @@ cmd_down() {
     for port in $(redis_ports); do stop_pid "$PID_DIR/redis-$port.pid" "redis :$port"; done
   fi
   if wants mariadb "$@"; then stop_pid "$PID_DIR/mariadb.pid" "mariadb"; fi
+  rm -rf "$REUSED_DIR"  # not ours to stop; what is reused is found again on the next `up`
 }
 
 cmd_reset() {

@@ -95,6 +95,19 @@ def test_stack_pids_skip_stale_pidfiles(tmp_path: Path) -> None:
     assert stack_pids(tmp_path / "absent") == {}
 
 
+def test_stack_pids_find_servers_reused_from_another_checkout(tmp_path: Path) -> None:
+    """A clone whose `stack-up` found the servers already up records their pids apart
+    (reused/): the demo's phase CPU still has its Redis, Kafka and MariaDB rows; a server this
+    checkout started itself is the one counted when both are recorded."""
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "reused").mkdir()
+    (tmp_path / "reused" / "mariadb.pid").write_text(f"{os.getppid()}\n")
+    (tmp_path / "reused" / "redis-17001.pid").write_text(f"{os.getppid()}\n")
+    (tmp_path / "pids" / "redis-17001.pid").write_text(f"{os.getpid()}\n")
+    (tmp_path / "reused" / "kafka-1.pid").write_text("4194999\n")  # gone since
+    assert stack_pids(tmp_path) == {"mariadb": os.getppid(), "redis-17001": os.getpid()}
+
+
 def test_watch_reads_real_processes_and_keeps_services_out_of_the_driver() -> None:
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
     service = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(30)"])

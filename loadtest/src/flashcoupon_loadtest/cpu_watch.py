@@ -36,12 +36,15 @@ CpuSample = tuple[float, dict[str, float]]  # (wall time, CPU seconds used so fa
 
 
 def stack_pids(stack_dir: Path) -> dict[str, int]:
-    """The local stack's live servers (`redis-<port>`, `kafka-<id>`, `mariadb`) by pidfile.
+    """The local stack's live servers (`redis-<port>`, `kafka-<id>`, `mariadb`) by pidfile:
+    those this checkout started (`pids/`), and those another checkout's stack serves that
+    this one reuses (`reused/`, scripts/stack.sh).
 
     A pidfile whose process is gone (a stopped stack, a k8s run) is skipped.
     """
     found = {}
-    for pidfile in sorted((stack_dir / "pids").glob("*.pid")):
+    pidfiles = [*(stack_dir / "reused").glob("*.pid"), *(stack_dir / "pids").glob("*.pid")]
+    for pidfile in sorted(pidfiles, key=lambda p: (p.stem, p.parent.name == "pids")):
         try:
             pid = int(pidfile.read_text().strip())
         except (OSError, ValueError):
