@@ -393,14 +393,19 @@ stop_pid() { # pidfile name
 cmd_down() {
   local port id
   check_parts "$@"
+  # A reused server is not ours to stop: only its record goes (the next `up` finds it again).
   if wants kafka "$@"; then
     for id in $(kafka_ids); do stop_pid "$PID_DIR/kafka-$id.pid" "kafka broker $id"; done
+    rm -f "$REUSED_DIR"/kafka-*.pid
   fi
   if wants redis "$@"; then
     for port in $(redis_ports); do stop_pid "$PID_DIR/redis-$port.pid" "redis :$port"; done
+    rm -f "$REUSED_DIR"/redis-*.pid
   fi
-  if wants mariadb "$@"; then stop_pid "$PID_DIR/mariadb.pid" "mariadb"; fi
-  rm -rf "$REUSED_DIR"  # not ours to stop; what is reused is found again on the next `up`
+  if wants mariadb "$@"; then
+    stop_pid "$PID_DIR/mariadb.pid" "mariadb"
+    rm -f "$REUSED_DIR/mariadb.pid"
+  fi
 }
 
 cmd_reset() {

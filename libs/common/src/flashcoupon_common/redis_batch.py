@@ -535,8 +535,6 @@ def _unframe(frames: list[list[_Call]], replies: list[Any]) -> tuple[list[_Call]
         elif not isinstance(reply, list) or len(reply) != size:
             bad = ResponseError(f"{frame[0].script.name}: {size} calls, reply {reply!r:.80}")
             answers.extend([bad] * len(frame))
-        elif not any([c.count for c in frame]):  # no item of submit_many: one reply each
-            answers.extend(reply)
         else:
             at = 0
             for c in frame:

@@ -370,7 +370,8 @@ class IssueService:
                 pending.setdefault(press[0], []).append(i)
         calls: dict[str, asyncio.Future[list[Any]]] = {}
         for event_id, indices in pending.items():
-            script_presses = [(p[1], p[2], p[3], p[5]) for p in map(presses.__getitem__, indices)]
+            mine = [presses[i] for i in indices]
+            script_presses = [(p[1], p[2], p[3], p[5]) for p in mine]
             calls[event_id] = asyncio.ensure_future(self._call(event_id, script_presses, deadline))
         if calls:
             try:
@@ -497,16 +498,17 @@ def each_press(
     """Each press of one script call with its own reply or error. An error concerns them all,
     except that NotReplicatedError carries the script's replies: each press gets its own. A
     reply that is not one per press is an error for each (the script or its caller is wrong)."""
-    result = error.result if isinstance(error, NotReplicatedError) else replies
-    if error is None or isinstance(error, NotReplicatedError):
-        if not isinstance(result, list) or len(result) != presses:
-            error = ResponseError(f"issue.lua: {presses} press(es), reply {result!r:.80}")
-        elif error is None:
-            return [(reply, None) for reply in result]
-        else:
-            acked = error.acked
-            return [(None, NotReplicatedError(reply, acked)) for reply in result]
-    return [(None, error)] * presses
+    unconfirmed = error if isinstance(error, NotReplicatedError) else None
+    if error is not None and unconfirmed is None:
+        return [(None, error)] * presses
+    if unconfirmed is not None:
+        replies = unconfirmed.result
+    if not isinstance(replies, list) or len(replies) != presses:
+        wrong = ResponseError(f"issue.lua: {presses} press(es), reply {replies!r:.80}")
+        return [(None, wrong)] * presses
+    if unconfirmed is None:
+        return [(reply, None) for reply in replies]
+    return [(None, NotReplicatedError(reply, unconfirmed.acked)) for reply in replies]
 
 
 def _reply_or_error(future: asyncio.Future[Any], seconds: float) -> tuple[Any, Exception | None]:
