@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from flashcoupon_common import keys
 from flashcoupon_common.holders import Holders
 from flashcoupon_gateway.admission import EventInfo, SpecCache
 from flashcoupon_gateway.auth import Authenticator
+from flashcoupon_gateway.fastpath import IssueFastPath
 from flashcoupon_gateway.service import Gateway
 from flashcoupon_gateway.settings import AuthSettings
 from flashcoupon_gateway.sold_out import SoldOutBoard, Unsettled, sold_out_in_state
+from starlette.applications import Starlette
 
 from tests.support.gateway import AUD, SECRET, token
+from tests.support.metrics import sample
 
 NOW = 1_800_000_000_000
 LIVE = {"provisioned": True, "paused": False, "end_ms": NOW + 60_000, "now_ms": NOW}
@@ -189,3 +193,29 @@ def test_the_sold_out_lane_waits_for_the_holders_and_renders_the_answer_once() -
     assert answer is g.sold_out_answer("ev")
     assert answer.status == 410 and b'"SOLD_OUT"' in answer.body
     assert dict(answer.headers)[b"content-type"] == b"application/problem+json"
+
+
+async def test_the_lane_answers_directly_what_the_asgi_path_answers() -> None:
+    """IssueFastPath.direct_answer (the server writes it as the press's head is read): the
+    lane's 410 for a crowd press, counted in the route's metrics as the ASGI path counts it,
+    and None (the ASGI path decides) for a holder, a press with a body, another route."""
+    g, board = _lane_gateway(frozenset({"holder"}))
+    board.heard(keys.SOLD_OUT_CHANNEL, "ev")
+    _read_now(g)
+    edge = IssueFastPath(Starlette(), service="lane-test")
+
+    def scope(user: str, path: str = "/v1/events/ev/issue", *extra: tuple[bytes, bytes]) -> Any:
+        headers = [(b"authorization", f"Bearer {token(user)}".encode()), *extra]
+        return {"type": "http", "method": "POST", "path": path, "headers": headers,
+                "state": {"gateway": g}}  # fmt: skip
+
+    counted = {"service": "lane-test", "route": "/v1/events/{eventId}/issue", "method": "POST"}
+    before = sample("flashcoupon_http_requests_total", **counted, status="410")
+    assert edge.direct_answer(scope("crowd")) is g.sold_out_answer("ev")
+    assert sample("flashcoupon_http_requests_total", **counted, status="410") == before + 1
+    assert edge.direct_answer(scope("holder")) is None
+    with_body = scope("crowd", "/v1/events/ev/issue", (b"content-length", b"2"))
+    assert edge.direct_answer(with_body) is None
+    assert edge.direct_answer(scope("crowd", "/v1/events/ev")) is None
+    assert edge.direct_answer({**scope("crowd"), "method": "GET"}) is None
+    await g.specs.aclose()

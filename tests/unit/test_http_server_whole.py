@@ -6,16 +6,13 @@ messages uvicorn takes (the date header aside), and every answer it must leave t
 
 from __future__ import annotations
 
-import asyncio
 import re
 
-import uvicorn
 from flashcoupon_common.http import Reply
-from flashcoupon_common.httpserver import ServerTimeouts, sent_whole, server_options
+from flashcoupon_common.httpserver import sent_whole
 from starlette.types import Message, Receive, Scope, Send
 
-from tests.support.polling import wait_until
-from tests.support.ports import free_port
+from tests.support.raw_http import exchange, serving
 
 _BODY = b'{"code":"ABC-123"}'
 _HEADERS = [(b"content-type", b"application/json"), (b"ratelimit-remaining", b"9")]
@@ -63,44 +60,27 @@ _REPLIES["/wrapped"] = _REPLIES["/coupon"][0], False
 _DATE = re.compile(rb"date: [^\r]*\r\n")
 
 
-async def _exchange(port: int, raw: bytes) -> bytes:
-    """What the server writes for `raw` until it closes the connection."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(raw)
-        async with asyncio.timeout(10):
-            return await reader.read(-1)
-    finally:
-        writer.close()
-
-
 def _request(path: str, method: str = "POST", close: bool = True) -> bytes:
     tail = b"Connection: close\r\n" if close else b""
     return b"%s %s HTTP/1.1\r\nHost: t\r\n%s\r\n" % (method.encode(), path.encode(), tail)
 
 
 async def test_a_whole_answer_is_the_bytes_uvicorn_would_send() -> None:
-    port = free_port()
-    options = server_options("t", ServerTimeouts())
-    config = uvicorn.Config(_app, host="127.0.0.1", port=port, **options)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        await wait_until(lambda: server.started, 10, 0.05, what="uvicorn started")
+    async with serving(_app) as (_, port):
         for path, (_, takes) in _REPLIES.items():
             _TAKEN.clear()
-            as_messages = await _exchange(port, _request(path))
-            whole = await _exchange(port, _request("/whole" + path))
+            as_messages = await exchange(port, _request(path))
+            whole = await exchange(port, _request("/whole" + path))
             assert [taken for _, taken in _TAKEN] == [takes], path
             assert _DATE.sub(b"", whole) == _DATE.sub(b"", as_messages), path
             assert b"connection: close\r\n" in whole, path  # the client asked to close
-        assert (await _exchange(port, _request("/coupon")))[:12] == b"HTTP/1.1 201"
+        assert (await exchange(port, _request("/coupon")))[:12] == b"HTTP/1.1 201"
 
         # Kept alive: three pipelined presses on one connection, each answered whole, and the
         # connection still serves the next request (uvicorn's books kept: its next cycle ran).
         _TAKEN.clear()
         three = _request("/whole/coupon", close=False) * 3 + _request("/whole/gone")
-        got = await _exchange(port, three)
+        got = await exchange(port, three)
         assert got.count(b"HTTP/1.1 201 Created\r\n") == 3 and got.count(_BODY) == 3
         assert got.count(b"HTTP/1.1 410 Gone\r\n") == 1
         assert b"connection: close" not in got.split(b"HTTP/1.1 410")[0]
@@ -108,9 +88,6 @@ async def test_a_whole_answer_is_the_bytes_uvicorn_would_send() -> None:
 
         # A HEAD answer has no body on the wire: uvicorn's send knows that.
         _TAKEN.clear()
-        head = await _exchange(port, _request("/whole/coupon", method="HEAD"))
+        head = await exchange(port, _request("/whole/coupon", method="HEAD"))
         assert _TAKEN == [("/whole/coupon", False)]
         assert head.startswith(b"HTTP/1.1 201") and not head.endswith(_BODY)
-    finally:
-        server.should_exit = True
-        await task

@@ -20,9 +20,16 @@ all; timers exist only while a head or body is incomplete after a read.
 It also sends each answer's head and body in one write (`HeadWithBodyTransport`): uvicorn
 writes them separately, two send() system calls and two TCP segments per small answer, a
 measurable share of a gateway's CPU per request. A hot route with its whole answer at hand (a
-`Reply`) can go further and write it past uvicorn's two `send` messages (`sent_whole`). And
-`server_options` is the one set of uvicorn options the HTTP services run with (the benchmarks
-serve apps with it too).
+`Reply`) can go further and write it past uvicorn's two `send` messages (`sent_whole`).
+
+Further still, an app may answer a request the moment its head is read, without uvicorn's
+request cycle, task or ASGI call (`DirectAnswer`: an app with a `direct_answer` method). The
+protocol asks it first; a Reply is written at once, None leaves the request to the ASGI path.
+Only answers decided without awaiting anything qualify (the gateway's sold-out lane). The
+subtle part is uvicorn's books, kept as its own answer keeps them: the connection closed or its
+keep-alive timer armed, the rest of the request (a body) ignored, a pipelined request after it
+started at once (docs/gateway.md, "Direct answers"). And `server_options` is the one set of
+uvicorn options the HTTP services run with (the benchmarks serve apps with it too).
 """
 
 from __future__ import annotations
@@ -30,13 +37,13 @@ from __future__ import annotations
 import functools
 import http
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httptools
 from prometheus_client import Counter
-from starlette.types import Send
+from starlette.types import Scope, Send
 from uvicorn.protocols.http.httptools_impl import (
     STATUS_LINE,
     HttpToolsProtocol,
@@ -190,56 +197,91 @@ def sent_whole(send: Send, reply: Reply) -> bool:
     uvicorn's `send` takes an answer as two messages, each awaited, and checks and frames every
     header in Python; the held head (`HeadWithBodyTransport`) then costs a callback and a copy.
     For a complete answer that is 5–9 µs of the server's CPU (docs/gateway.md, "The answer in
-    one write"). This writes the same bytes uvicorn would — its status line, its
-    default headers, the reply's headers, `connection: close` when the connection is not kept
-    alive, the body — and keeps its books as its `send` does (the cycle's answer started and
-    complete, its waiters woken, the connection closed or its next request started). Only the
-    plain case is taken: the first message of an answer (not to a HEAD) with a body and a matching
-    Content-Length, while the client reads, without access logging; anything else (a HEAD,
-    a 1xx/204/304, chunked framing, a Connection header, an odd header) goes the usual way."""
+    one write"). This writes the same bytes uvicorn would (`whole_answer`) and keeps its books as
+    its `send` does (the cycle's answer started and complete, its waiters woken, the connection
+    closed or its next request started). Only the first message of an answer, while the client
+    reads, without access logging."""
     cycle = getattr(send, "__self__", None)
     if type(cycle) is not RequestResponseCycle:
         return False
     # The protocol gives each cycle this view of the connection (uvicorn's type says Transport).
     transport: Any = cycle.transport
-    status = reply.status
     if (
         type(transport) is not HeadWithBodyTransport
         or cycle.response_started
         or cycle.disconnected
         or cycle.flow.write_paused
         or cycle.access_log
-        or not 200 <= status < 600
-        or status in NO_BODY
-        or cycle.scope["method"] == "HEAD"
     ):
         return False
-    body = reply.body
-    length = None
-    for name, value in reply.headers:
-        if name in _FRAMING:
-            if name != b"content-length" or length is not None:
-                return False
-            length = value
-    if length != b"%d" % len(body):
-        return False
-    fields = _header_lines(reply.headers)
-    if _FIELD_LINES.fullmatch(fields) is None:
+    data = whole_answer(reply, cycle.scope["method"], cycle.default_headers, cycle.keep_alive)
+    if data is None:
         return False
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
-    close = b"" if cycle.keep_alive else b"connection: close\r\n"
-    transport.write_through(
-        b"".join((STATUS_LINE[status], _default_lines(cycle.default_headers), fields, close))
-        + b"\r\n"
-        + body
-    )
+    transport.write_through(data)
     cycle.response_complete = True
     cycle.message_event.set()
     if not cycle.keep_alive:
         transport.close()
     cycle.on_response()
     return True
+
+
+def whole_answer(
+    reply: Reply, method: str, default_headers: Headers, keep_alive: bool
+) -> bytes | None:
+    """`reply` as the bytes uvicorn would write for it — its status line, its default headers
+    (server, date), the reply's headers, `connection: close` when the connection is not kept
+    alive, the body — or None when it is not the plain case: an answer (not to a HEAD) with a
+    body and one matching Content-Length, every header line a lower-case token and a value
+    without control characters. Anything else (a HEAD, a 1xx/204/304, chunked framing, a
+    Connection header, an odd header) is left to uvicorn's `send`, which knows what each means."""
+    status = reply.status
+    if not 200 <= status < 600 or status in NO_BODY or method == "HEAD":
+        return None
+    body = reply.body
+    length = None
+    for name, value in reply.headers:
+        if name in _FRAMING:
+            if name != b"content-length" or length is not None:
+                return None
+            length = value
+    if length != b"%d" % len(body):
+        return None
+    fields = _header_lines(reply.headers)
+    if _FIELD_LINES.fullmatch(fields) is None:
+        return None
+    close = b"" if keep_alive else b"connection: close\r\n"
+    head = (STATUS_LINE[status], _default_lines(default_headers), fields, close, b"\r\n")
+    return b"".join(head) + body
+
+
+# An app's answer to a request the moment its head is read (`GuardedHttpToolsProtocol`), given
+# the request's scope so far — type, method, path (an HTTP/1.1 request whose target has no
+# query and nothing percent-encoded), headers, client, server, state — decided without
+# awaiting anything: a Reply to write now, or None (the request takes the ASGI path, which
+# must give the same answer). The request's body, if any, is not read.
+DirectAnswer = Callable[[Scope], "Reply | None"]
+
+
+class _Answered:
+    """The protocol's `cycle` after a direct answer: a complete answer as far as uvicorn reads
+    one (the rest of that request is ignored, the next request starts at once, a disconnect
+    has no waiter to wake)."""
+
+    __slots__ = ()
+    response_complete = True
+
+    @property
+    def message_event(self) -> _Answered:
+        return self
+
+    def set(self) -> None:
+        """Nothing waits on a direct answer's request."""
+
+
+_ANSWERED: Any = _Answered()
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -259,6 +301,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._phase_deadline = 0.0
         self._deadline: float | None = None
         self._timer: Any = None
+        # The app's direct answers (`DirectAnswer`), if it offers them: uvicorn gives the
+        # protocol the loaded app itself (no middleware wraps it here: access log, proxy
+        # headers and trace logging are off), and with a root path or a concurrency limit
+        # the request is uvicorn's to shape.
+        direct = getattr(self.app, "direct_answer", None)
+        plain = not self.root_path and self.limit_concurrency is None
+        self._direct: DirectAnswer | None = direct if plain else None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -295,6 +344,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._phase = _BODY
         self._phase_deadline = self.loop.time() + self._body_timeout
+        direct = self._direct
+        if direct is not None and self._answered_directly(direct):
+            return
         super().on_headers_complete()
         if self.cycle is not None:
             self.cycle.transport = HeadWithBodyTransport(self.transport, self.loop)  # type: ignore[assignment]
@@ -303,10 +355,50 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._phase = _IDLE
         super().on_message_complete()
 
+    def _answered_directly(self, direct: DirectAnswer) -> bool:
+        """Whether the app answered this request at once (`DirectAnswer`), written here with
+        uvicorn's books kept as its `on_response_complete` keeps them."""
+        running = self.cycle is not None and not self.cycle.response_complete
+        url = self.url
+        if (
+            running  # pipelined behind an answer in progress: uvicorn queues it
+            or b"?" in url
+            or b"%" in url
+            or not url.isascii()
+            or self.parser.should_upgrade()
+            or self.parser.get_http_version() != "1.1"
+        ):
+            return False
+        scope = self.scope
+        scope["method"] = method = self.parser.get_method().decode("ascii")
+        scope["path"] = url.decode("ascii")
+        reply = direct(scope)  # type: ignore[arg-type]  # uvicorn's HTTPScope is a Scope
+        if reply is None:
+            return False
+        keep_alive = self.parser.should_keep_alive()
+        data = whole_answer(reply, method, self.server_state.default_headers, keep_alive)
+        if data is None:
+            return False
+        self.transport.write(data)
+        self.cycle = _ANSWERED
+        self._phase = _IDLE  # a body still to come is read and ignored, as the keep-alive bounds
+        self.server_state.total_requests += 1
+        if not keep_alive:
+            self.transport.close()
+            return True
+        self.flow.resume_reading()
+        self._unset_keepalive_if_required()  # a pipelined answer before this one armed it
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+        return True
+
     def _read_deadline(self) -> float | None:
         if self._phase in (_FIRST, _HEAD, _BODY):
             return self._phase_deadline
         if self.cycle is None or self.cycle.response_complete:
+            if self.timeout_keep_alive_task is not None:
+                return None  # answered within this read (directly): the keep-alive bounds it
             # Bytes that are not a request (stray CRLFs) after an answer: uvicorn's keep-alive
             # timer was just cancelled by them, so this bounds the connection instead.
             return self.loop.time() + self._header_timeout
