@@ -19,6 +19,7 @@ from flashcoupon_common.http import Reply
 from flashcoupon_common.httpserver import whole_answer
 from starlette.types import Receive, Scope, Send
 
+from tests.support.polling import wait_until
 from tests.support.raw_http import exchange, serving
 
 _GONE = Reply.of(410, [(b"content-type", b"application/problem+json")], b'{"code":"SOLD_OUT"}')
@@ -164,3 +165,27 @@ async def test_a_withheld_body_after_a_direct_answer_gets_nothing_more(
     got = await exchange(port, _request("/direct/a", extra=b"Content-Length: 10\r\n") + b"he")
     assert got.count(b"HTTP/1.1 ") == 1 and got.startswith(b"HTTP/1.1 410")
     assert app.asgi == []
+
+
+async def test_a_client_that_does_not_read_gets_no_direct_answers(
+    served: tuple[_App, uvicorn.Server, int],
+) -> None:
+    """While the connection's writes are paused (the client is not reading), a request goes the
+    ASGI way, whose send waits for the client: answers do not pile up in the server's buffer."""
+    app, server, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_request("/direct/a"))
+        async with asyncio.timeout(10):
+            await reader.readuntil(_GONE.body)
+        (protocol,) = server.server_state.connections
+        flow = protocol.flow  # type: ignore[attr-defined]
+        flow.pause_writing()  # as the transport does past its high-water mark
+        writer.write(_request("/direct/b"))
+        await wait_until(lambda: app.asgi == ["/direct/b"], 10, 0.01, what="the ASGI call")
+        flow.resume_writing()
+        async with asyncio.timeout(10):
+            assert (await reader.readuntil(_GONE.body)).startswith(b"HTTP/1.1 410")
+    finally:
+        writer.close()
+    assert app.direct == [("POST", "/direct/a")]

@@ -362,6 +362,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         url = self.url
         if (
             running  # pipelined behind an answer in progress: uvicorn queues it
+            # The client is not reading: uvicorn's send waits for it, and requests pipelined
+            # meanwhile queue with reading paused, where direct answers would pile up unread.
+            or self.flow.write_paused
             or b"?" in url
             or b"%" in url
             or not url.isascii()
