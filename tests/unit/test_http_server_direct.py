@@ -189,3 +189,15 @@ async def test_a_client_that_does_not_read_gets_no_direct_answers(
     finally:
         writer.close()
     assert app.direct == [("POST", "/direct/a")]
+
+
+async def test_requests_after_a_closing_answer_get_nothing(
+    served: tuple[_App, uvicorn.Server, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A request pipelined after one that asked to close: one answer, the connection closed, the
+    second never asked for (the parser takes nothing after a closing request) nor an error."""
+    app, _, port = served
+    got = await exchange(port, _request("/direct/a", close=True) + _request("/direct/b"))
+    assert got.count(b"HTTP/1.1 ") == 1 and b"connection: close\r\n" in got
+    assert app.direct == [("POST", "/direct/a")]
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
