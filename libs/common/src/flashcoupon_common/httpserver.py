@@ -389,7 +389,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if not keep_alive:
             self.transport.close()
             return True
-        self.flow.resume_reading()
         self._unset_keepalive_if_required()  # a pipelined answer before this one armed it
         self.timeout_keep_alive_task = self.loop.call_later(
             self.timeout_keep_alive, self.timeout_keep_alive_handler

@@ -60,6 +60,16 @@ def sold_out_now(scope: Scope, event_id: str) -> Reply | None:
     return None
 
 
+# Where direct_answer leaves the event id of a press it matched and left to the ASGI path.
+_LANE_TRIED = "flashcoupon.lane_tried"
+
+
+def _pressed_event(scope: Scope) -> str | None:
+    """The event id of a POST to the issue route; None for any other request."""
+    match = _ISSUE.fullmatch(scope["path"]) if scope["method"] == "POST" else None
+    return None if match is None else match.group(1)
+
+
 class IssueFastPath:
     def __init__(self, app: Starlette, service: str = "gateway") -> None:
         self.app = app
@@ -69,34 +79,34 @@ class IssueFastPath:
     def direct_answer(self, scope: Scope) -> Reply | None:
         """The sold-out lane's 410, written by the server the moment the press's head is read
         (flashcoupon_common.httpserver.DirectAnswer); None for anything else, which `__call__`
-        then answers (with the same 410 when the lane applies)."""
-        match = _ISSUE.fullmatch(scope["path"]) if scope["method"] == "POST" else None
-        if match is None or tracing.ENABLED:
+        then answers. A press it matched is marked as such in its scope, so `__call__` neither
+        matches the route nor tries the lane again."""
+        event_id = None if tracing.ENABLED else _pressed_event(scope)
+        if event_id is None:
             return None
         start = time.perf_counter()
-        sold_out = sold_out_now(scope, match.group(1))
-        if sold_out is not None:
-            self._metrics.record(sold_out.status, start)
+        sold_out = sold_out_now(scope, event_id)
+        if sold_out is None:
+            scope[_LANE_TRIED] = event_id
+            return None
+        self._metrics.record(sold_out.status, start)
         return sold_out
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        match = (
-            _ISSUE.fullmatch(scope["path"])
-            if scope["type"] == "http" and scope["method"] == "POST"
-            else None
-        )
-        if match is None:
+        tried: str | None = scope.get(_LANE_TRIED)
+        event_id = tried or (_pressed_event(scope) if scope["type"] == "http" else None)
+        if event_id is None:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
         # With tracing on, every press runs in its span: the lane is skipped. Under uvicorn the
-        # lane's answers are direct ones (direct_answer); this is the lane for other servers.
-        sold_out = None if tracing.ENABLED else sold_out_now(scope, match.group(1))
+        # lane was tried as the head was read (direct_answer); this is the lane for other servers.
+        sold_out = None if tried is not None or tracing.ENABLED else sold_out_now(scope, event_id)
         if sold_out is None:
-            scope["path_params"] = {"eventId": match.group(1)}
+            scope["path_params"] = {"eventId": event_id}
             request = Request(scope, receive)
             if tracing.ENABLED:
-                reply = await self._traced(request, match.group(1))
+                reply = await self._traced(request, event_id)
             else:
                 try:  # _answer's, inline: a coroutine less for each press to resume through
                     reply = await issue_reply(request)
