@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import math
 import secrets
 import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,13 @@ from flashcoupon_loadtest.invariants import (
 from flashcoupon_loadtest.localrun import LocalServices, Service, wait_ready
 
 SUPPLY = 0.8  # coupons per shopper: the event sells out near the end of the burst
+# The harness's own reads and writes are bounded by the clients' read timeouts (Redis
+# socket_timeout, asyncmy read_timeout), never by cancelling them: on Python 3.11 a cancelled
+# redis-py or asyncmy call can swallow the cancellation and wait forever on its connection
+# (reproduced here with asyncio.wait_for around read_state and a COUNT(*); a CI run hung 900 s
+# in relay-kill-survivor, whose samplers cancelled such reads once a second on a slow box).
+# flashcoupon_common.probes says the same of the services' readiness checks.
+HARNESS_IO_S = 30.0
 
 
 class ChaosServices(LocalServices):
@@ -151,7 +160,8 @@ def _spec(event_id: str, quantity: int) -> EventSpec:
 
 
 async def _retrying(what: str, call: Any, within: float = 60.0) -> Any:
-    """Reads during/after a failover: retry until the cluster answers."""
+    """Reads during/after a failover: retry until the cluster answers (each try is bounded by
+    the clients' read timeouts)."""
     deadline = time.monotonic() + within
     while True:
         try:
@@ -162,22 +172,85 @@ async def _retrying(what: str, call: Any, within: float = 60.0) -> Any:
             await asyncio.sleep(0.5)
 
 
-async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: Path) -> RowResult:
+@dataclass
+class Progress:
+    """Where a row is, so a row that overruns its deadline says where it stuck."""
+
+    event_id: str
+    stage: str = "heal the stack"
+    timeline: dict[str, float] = field(default_factory=dict)
+
+    def at(self, stage: str) -> None:
+        self.stage = stage
+
+
+def _dump_stacks(path: Path, progress: Progress) -> None:
+    """What every task and thread was doing as the row's deadline came (before it unwinds)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        f.write(f"stuck in: {progress.stage}\n\n--- asyncio tasks\n")
+        for task in asyncio.all_tasks():
+            task.print_stack(file=f)
+        f.write("\n--- threads\n")
+        f.flush()
+        faulthandler.dump_traceback(f, all_threads=True)
+    sys.stderr.write(f"[chaos] row stuck in {progress.stage}; stacks ({path}):\n")
+    sys.stderr.write(path.read_text()[-6000:])
+    sys.stderr.flush()
+
+
+async def run_row(
+    stack: PrivateStack, fault: Fault, timing: Timing, log_root: Path, budget: float | None = None
+) -> RowResult:
+    """One row within its deadline (`Timing.row_budget` unless `budget`): a row that overruns
+    it is reported as stuck, every task's and thread's stack in its log directory, and the run
+    goes on with the next row."""
+    progress = Progress(f"chaos-{fault.name}-{secrets.token_hex(3)}")
+    log_dir = log_root / fault.name
+    if budget is None:
+        budget = timing.row_budget(fault.hold_seconds(timing))
+    dump = asyncio.get_running_loop().call_later(
+        budget * 0.95, _dump_stacks, log_dir / "stuck.txt", progress
+    )
+    try:
+        async with asyncio.timeout(budget) as deadline:
+            return await _run_row(stack, fault, timing, log_dir, progress)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        return RowResult(
+            fault,
+            progress.event_id,
+            None,
+            progress.timeline,
+            None,
+            [],
+            f"stuck in {progress.stage}: the row overran its {budget:.0f} s deadline "
+            f"(stacks in {log_dir / 'stuck.txt'})",
+            str(log_dir),
+        )
+    finally:
+        dump.cancel()
+
+
+async def _run_row(
+    stack: PrivateStack, fault: Fault, timing: Timing, log_dir: Path, progress: Progress
+) -> RowResult:
     await heal(stack)
-    event_id = f"chaos-{fault.name}-{secrets.token_hex(3)}"
+    progress.at("provision the event")
+    event_id = progress.event_id
     hold = fault.hold_seconds(timing)
     shoppers = math.ceil(timing.rate * (timing.warm + hold + timing.after + 5))
     quantity = int(shoppers * SUPPLY)
     env = stack.service_env()
     topic = f"{event_id}-issued"
-    log_dir = log_root / fault.name
-    redis = create_redis_cluster(RedisSettings.from_env(env))
-    engine = create_engine(MysqlSettings.from_env(env), pool_size=2)
+    redis = create_redis_cluster(RedisSettings.from_env(env), socket_timeout=HARNESS_IO_S)
+    engine = create_engine(MysqlSettings.from_env(env), pool_size=2, read_timeout_s=HARNESS_IO_S)
     gateway_env: dict[str, str] = {
         "FLASHCOUPON_GATEWAY_IP_PER_SECOND": "1000",
         "FLASHCOUPON_GATEWAY_IP_BURST": "1000",
     }
-    timeline: dict[str, float] = {}
+    timeline = progress.timeline
     services: ChaosServices | None = None
     proxies: Toxiproxy | None = None
     issuer_env = {"FLASHCOUPON_ISSUER_DURABILITY": fault.durability, **fault.issuer_env}
@@ -200,6 +273,7 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             finally:
                 await gw_redis.aclose()
             gateway_env["FLASHCOUPON_REDIS_NODES"] = gw.redis_nodes_setting
+        progress.at("create the topic")
         if fault.kafka_brokers > 1:
             k3 = await asyncio.to_thread(stack.start_kafka3)
             env = {**env, "FLASHCOUPON_KAFKA_BOOTSTRAP": k3.kafka_bootstrap}
@@ -213,6 +287,7 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             kafka_proxy = proxies = KafkaProxy(stack, log_dir)
             await asyncio.to_thread(proxies.start)
             relay_env["FLASHCOUPON_KAFKA_BOOTSTRAP"] = kafka_proxy.bootstrap
+        progress.at("start the services")
         services = ChaosServices(
             wallet=False,
             relays=fault.relays,
@@ -250,20 +325,23 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             samples: list[tuple[float, int]] = []  # (time, Redis issued counter)
             persisted: list[tuple[float, int]] = []  # (time, MySQL rows)
 
+            sampling = asyncio.Event()  # cleared: the samplers end after their current read
+            sampling.set()
+
             async def sample() -> None:
-                while True:
+                while sampling.is_set():
                     t = load.now()
                     with contextlib.suppress(Exception):
-                        state = await asyncio.wait_for(event_state.read_state(redis, event_id), 1)
+                        state = await event_state.read_state(redis, event_id)
                         if state is not None:
                             samples.append((t, state.issued))
                     await asyncio.sleep(0.2)
 
             async def sample_mysql() -> None:
-                while True:
+                while sampling.is_set():
                     t = load.now()
                     with contextlib.suppress(Exception):
-                        rows = await asyncio.wait_for(persisted_count(engine, event_id), 1)
+                        rows = await persisted_count(engine, event_id)
                         persisted.append((t, rows))
                     await asyncio.sleep(0.25)
 
@@ -280,18 +358,21 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
 
             samplers = [asyncio.create_task(sample()), asyncio.create_task(sample_mysql())]
             try:
+                progress.at("the burst and the fault")
                 await asyncio.gather(load.burst(), inject())
                 timeline["burst_end"] = load.now()
+                progress.at("retries of undecided shoppers")
                 await load.retry_undecided(timing.retry)
                 timeline["retries_end"] = load.now()
+                progress.at("the drain (MySQL = Redis)")
                 drained_at = await _drain(redis, engine, event_id, timing.drain)
                 drain_s = None
                 if drained_at is not None:
                     drain_s = round(drained_at - load.t0 - timeline["retries_end"], 2)
             finally:
-                for task in samplers:
-                    task.cancel()
-                await asyncio.gather(*samplers, return_exceptions=True)
+                sampling.clear()
+                await asyncio.wait(samplers, timeout=2 * HARNESS_IO_S)
+            progress.at("read both stores")
             state, redis_held = await _retrying("read Redis", lambda: read_redis(redis, event_id))
             mysql_held = await _retrying("read MySQL", lambda: read_mysql(engine, event_id))
             figures = judge(
@@ -306,6 +387,7 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
                 persisted=persisted,
             )
             answers = [(a.user, a.coupon) for a in load.answers if a.status == 201 and a.coupon]
+            progress.at("check the invariants")
             checks = await check_event(redis, engine, event_id, demand=shoppers, answers=answers)
         return RowResult(
             fault,
@@ -324,6 +406,7 @@ async def run_row(stack: PrivateStack, fault: Fault, timing: Timing, log_root: P
             fault, event_id, None, timeline, None, [], f"{type(exc).__name__}: {exc}", str(log_dir)
         )
     finally:
+        progress.at("stop the services")
         if services is not None:
             await asyncio.to_thread(services.stop)
         if proxies is not None:

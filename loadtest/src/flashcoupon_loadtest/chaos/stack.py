@@ -92,9 +92,22 @@ class PrivateStack:
         env = {**os.environ, **self.env}
         # The Kafka jars are fetched once per checkout; a worktree may reuse the main one's.
         env.setdefault("FLASHCOUPON_CACHE_DIR", str(ROOT / ".cache"))
-        proc = subprocess.run(
-            [str(STACK), *args], env=env, capture_output=True, text=True, check=False
-        )
+        # stack.sh waits at most a minute for each server; `up` may restart several.
+        timeout = 600 if args[0] == "up" else 120
+        try:
+            proc = subprocess.run(
+                [str(STACK), *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or b"").decode(errors="replace")  # printed before the deadline
+            proc = subprocess.CompletedProcess(
+                exc.cmd, 124, f"{out}\nstack.sh {' '.join(args)}: no end within {timeout} s\n", ""
+            )
         if check and proc.returncode != 0:
             raise RuntimeError(f"stack.sh {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
         return proc
