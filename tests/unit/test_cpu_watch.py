@@ -109,7 +109,10 @@ def test_stack_pids_find_servers_reused_from_another_checkout(tmp_path: Path) ->
 
 
 def test_watch_reads_real_processes_and_keeps_services_out_of_the_driver() -> None:
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+    # The service burns on past the 0.35 s the checks need: the second load-side reading
+    # below also counts this process's own CPU for the first (a /proc walk, long on a busy box
+    # with a build's hundreds of processes), which a burn ending at 0.4 s did not cover.
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5: pass\n"
     service = subprocess.Popen([sys.executable, "-c", burn + "time.sleep(30)"])
     try:
         watch = CpuWatch({"gateway-1": service.pid}, {"me": os.getpid()}, interval=0.05).start()
