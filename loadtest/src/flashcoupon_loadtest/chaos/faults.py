@@ -46,10 +46,14 @@ class Timing:
     def short(cls) -> Timing:
         return cls(rate=40, warm=2, after=5, freeze=5, down=2, redis_freeze=6, retry=40, drain=60)
 
+    def burst_seconds(self, hold: float) -> float:
+        """How long shoppers arrive: warm-up, the fault's hold, after it, and 5 s more."""
+        return self.warm + hold + self.after + 5
+
     def row_budget(self, hold: float) -> float:
         """A row's deadline: its burst, retries and drain, plus 180 s for what a slow, busy box
         may take to heal the stack and start and stop the services. Past it the row is stuck."""
-        return self.warm + hold + self.after + 5 + self.retry + self.drain + 180
+        return self.burst_seconds(hold) + self.retry + self.drain + 180
 
 
 @dataclass(frozen=True)

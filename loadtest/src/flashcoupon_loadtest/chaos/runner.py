@@ -240,7 +240,7 @@ async def _run_row(
     progress.at("provision the event")
     event_id = progress.event_id
     hold = fault.hold_seconds(timing)
-    shoppers = math.ceil(timing.rate * (timing.warm + hold + timing.after + 5))
+    shoppers = math.ceil(timing.rate * timing.burst_seconds(hold))
     quantity = int(shoppers * SUPPLY)
     env = stack.service_env()
     topic = f"{event_id}-issued"
