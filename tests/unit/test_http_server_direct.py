@@ -5,18 +5,22 @@ uvicorn's request cycle or its ASGI call. Every direct answer is compared byte f
 same Reply sent through ASGI (the date header aside), and the connection's books are checked as
 uvicorn keeps them: kept alive (its keep-alive timer armed, no read timer of the guard), closed
 when asked, a pipelined ASGI request after a direct answer and a direct one behind an ASGI answer
-in progress, a body left unread, requests the direct path must leave to ASGI."""
+in progress, a body left unread, requests the direct path must leave to ASGI. A `Later` answer
+(written once its future is done) keeps the same books, and those of an answer in progress:
+requests pipelined behind it wait, a client gone gets nothing, a shutdown closes after it."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import uvicorn
 from flashcoupon_common.http import Reply
-from flashcoupon_common.httpserver import whole_answer
+from flashcoupon_common.httpserver import Later, whole_answer
 from starlette.types import Receive, Scope, Send
 
 from tests.support.polling import wait_until
@@ -33,9 +37,23 @@ class _App:
     def __init__(self) -> None:
         self.asgi: list[str] = []
         self.direct: list[tuple[str, str]] = []  # (method, path) asked
+        self.later: dict[str, asyncio.Future[Any]] = {}  # /later/* path -> what its answer awaits
+        self.answered_later: list[str] = []
 
-    def direct_answer(self, scope: Scope) -> Reply | None:
+    def direct_answer(self, scope: Scope) -> Reply | Later | None:
         self.direct.append((scope["method"], scope["path"]))
+        path = scope["path"]
+        if path.startswith("/later/"):
+            waits_on = self.later[path] = asyncio.get_running_loop().create_future()
+
+            def answer(done: asyncio.Future[Any]) -> Reply:
+                assert done is waits_on and done.done()
+                self.answered_later.append(path)
+                if path == "/later/raise":
+                    raise RuntimeError("the app's own mistake")
+                return _GONE if path != "/later/headless" else Reply(204, [], b"")
+
+            return Later(waits_on, answer)
         if scope["path"].startswith("/direct/"):
             assert scope["headers"] and scope["state"] == {}  # the head's scope so far
             return _GONE if scope["path"] != "/direct/headless" else Reply(204, [], b"")
@@ -201,3 +219,130 @@ async def test_requests_after_a_closing_answer_get_nothing(
     assert got.count(b"HTTP/1.1 ") == 1 and b"connection: close\r\n" in got
     assert app.direct == [("POST", "/direct/a")]
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+async def _settle_when_asked(app: _App, path: str) -> None:
+    await wait_until(lambda: path in app.later, 10, 0.01, what=f"{path} asked")
+    await asyncio.sleep(0.05)  # the answer waits: nothing may be written meanwhile
+    app.later[path].set_result(None)
+
+
+async def _answer(reader: asyncio.StreamReader) -> bytes:
+    async with asyncio.timeout(10):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: (\d+)", head).group(1))  # type: ignore[union-attr]
+        return head + await reader.readexactly(length)
+
+
+async def test_a_later_answer_is_written_once_its_future_is_done(
+    served: tuple[_App, uvicorn.Server, int],
+) -> None:
+    """Nothing is written while the future waits; then the bytes the ASGI path sends, the
+    request counted, the connection kept alive (keep-alive timer armed, no read timer) and its
+    next request served."""
+    app, server, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_request("/later/a"))
+        await wait_until(lambda: "/later/a" in app.later, 10, 0.01, what="/later/a asked")
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await reader.read(1)
+        (protocol,) = server.server_state.connections
+        assert protocol._timer is None  # type: ignore[attr-defined]  # answering: no read timer
+        assert server.server_state.total_requests == 0 and not server.server_state.tasks
+        app.later["/later/a"].set_result(None)
+        later = await _answer(reader)
+        assert protocol.timeout_keep_alive_task is not None  # type: ignore[attr-defined]
+        assert protocol._timer is None  # type: ignore[attr-defined]
+        assert server.server_state.total_requests == 1
+        writer.write(_request("/direct/b"))
+        assert (await _answer(reader)).startswith(b"HTTP/1.1 410")
+    finally:
+        writer.close()
+    through_asgi = await exchange(port, _request("/asgi"))
+    assert b"connection: close" not in later and app.answered_later == ["/later/a"]
+    assert _DATE.sub(b"", later) == _DATE.sub(
+        b"", through_asgi.replace(b"connection: close\r\n", b"")
+    )
+    assert app.asgi == ["/asgi"]
+
+
+async def test_requests_pipelined_behind_a_later_answer_wait_their_turn(
+    served: tuple[_App, uvicorn.Server, int],
+) -> None:
+    """A Later answer is an answer in progress: what is pipelined behind it is queued by
+    uvicorn (answered through ASGI, in order, after it); its body is read and dropped."""
+    app, _, port = served
+    with_body = _request("/later/a", extra=b"Content-Length: 5\r\n") + b"hello"
+    raw = with_body + _request("/asgi") + _request("/direct/c", close=True)
+    settle = asyncio.create_task(_settle_when_asked(app, "/later/a"))
+    got = await exchange(port, raw)
+    await settle
+    assert got.count(b"HTTP/1.1 410 Gone\r\n") == 3 and got.count(b"connection: close\r\n") == 1
+    assert [path for _, path in app.direct] == ["/later/a"]
+    assert app.asgi == ["/asgi", "/direct/c"] and app.answered_later == ["/later/a"]
+
+
+async def test_a_client_gone_while_its_answer_waits_is_written_nothing(
+    served: tuple[_App, uvicorn.Server, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The answer is still made (the app counts it) but goes nowhere, counted as no request
+    served, and nothing is logged as an error."""
+    app, server, port = served
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_request("/later/a"))
+    await wait_until(lambda: "/later/a" in app.later, 10, 0.01, what="/later/a asked")
+    writer.close()
+    await wait_until(lambda: not server.server_state.connections, 10, 0.01, what="disconnect")
+    app.later["/later/a"].set_result(None)
+    await wait_until(lambda: app.answered_later == ["/later/a"], 10, 0.01, what="the answer")
+    await asyncio.sleep(0.05)
+    assert server.server_state.total_requests == 0
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+async def test_a_later_answer_that_fails_is_a_logged_500(
+    served: tuple[_App, uvicorn.Server, int], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An answer that raises, or one the server cannot write whole (a 204), is answered 500
+    problem+json and logged; the first keeps the connection, the second closes it."""
+    app, _, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_request("/later/raise"))
+        await _settle_when_asked(app, "/later/raise")
+        failed = await _answer(reader)
+        assert failed.startswith(b"HTTP/1.1 500") and b'"code":"INTERNAL"' in failed
+        assert b"application/problem+json" in failed and b"connection: close" not in failed
+        writer.write(_request("/later/headless"))
+        await _settle_when_asked(app, "/later/headless")
+        odd = await _answer(reader)
+        assert odd.startswith(b"HTTP/1.1 500") and b"connection: close" in odd
+        async with asyncio.timeout(10):
+            assert await reader.read(-1) == b""
+    finally:
+        writer.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [r.exc_info is not None for r in errors] == [True, False]
+
+
+async def test_a_shutdown_waits_for_a_later_answer_and_closes_after_it(
+    served: tuple[_App, uvicorn.Server, int],
+) -> None:
+    """uvicorn's graceful shutdown asks the connection to end after its answer in progress:
+    the Later answer is still written, with `connection: close`, then the connection closes."""
+    app, server, port = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(_request("/later/a"))
+        await wait_until(lambda: "/later/a" in app.later, 10, 0.01, what="/later/a asked")
+        server.should_exit = True
+        await asyncio.sleep(0.3)  # past the shutdown's request to every connection
+        assert server.server_state.connections
+        app.later["/later/a"].set_result(None)
+        async with asyncio.timeout(10):
+            got = await reader.read(-1)
+        assert got.startswith(b"HTTP/1.1 410") and b"connection: close\r\n" in got
+    finally:
+        writer.close()

@@ -25,21 +25,26 @@ measurable share of a gateway's CPU per request. A hot route with its whole answ
 Further still, an app may answer a request the moment its head is read, without uvicorn's
 request cycle, task or ASGI call (`DirectAnswer`: an app with a `direct_answer` method). The
 protocol asks it first; a Reply is written at once, None leaves the request to the ASGI path.
-Only answers decided without awaiting anything qualify (the gateway's sold-out lane). The
-subtle part is uvicorn's books, kept as its own answer keeps them: the connection closed or its
-keep-alive timer armed, the rest of the request (a body) ignored, a pipelined request after it
-started at once (docs/gateway.md, "Direct answers"). And `server_options` is the one set of
-uvicorn options the HTTP services run with (the benchmarks serve apps with it too).
+An answer decided without awaiting anything (the gateway's sold-out lane) is a Reply; one that
+waits for a single future (the issuer's lone press: its script call) is a `Later`, written from
+that future's done callback, still without a task or cycle. The subtle part is uvicorn's books,
+kept as its own answer keeps them: the connection closed or its keep-alive timer armed, the
+rest of the request (a body) ignored, a pipelined request after it started once the answer is
+out (docs/gateway.md, "Direct answers"; docs/issuer.md, "Lone presses answered later"). And
+`server_options` is the one set of uvicorn options the HTTP services run with (the benchmarks
+serve apps with it too).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import http
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import httptools
 from prometheus_client import Counter
@@ -59,6 +64,8 @@ from flashcoupon_common.http import (
     problem_body,
 )
 from flashcoupon_common.settings import positive, read_env, setting
+
+logger = logging.getLogger(__name__)
 
 REJECTED = Counter(
     "flashcoupon_http_rejected_total",
@@ -257,12 +264,21 @@ def whole_answer(
     return b"".join(head) + body
 
 
+class Later(NamedTuple):
+    """A direct answer that waits for one future: `answer(waits_on)` gives the Reply once
+    `waits_on` is done (cancelled included), called from its done callback. `answer` must not
+    raise: an exception is logged and answered 500, as the apps' exception tables answer one."""
+
+    waits_on: asyncio.Future[Any]
+    answer: Callable[[asyncio.Future[Any]], Reply]
+
+
 # An app's answer to a request the moment its head is read (`GuardedHttpToolsProtocol`), given
 # the request's scope so far — type, method, path (an HTTP/1.1 request whose target has no
-# query and nothing percent-encoded), headers, client, server, state — decided without
-# awaiting anything: a Reply to write now, or None (the request takes the ASGI path, which
+# query and nothing percent-encoded), headers, client, server, state: a Reply to write now,
+# a Later to write once its future is done, or None (the request takes the ASGI path, which
 # must give the same answer). The request's body, if any, is not read.
-DirectAnswer = Callable[[Scope], "Reply | None"]
+DirectAnswer = Callable[[Scope], "Reply | Later | None"]
 
 
 class _Answered:
@@ -282,6 +298,73 @@ class _Answered:
 
 
 _ANSWERED: Any = _Answered()
+
+
+class _Waiting:
+    """The protocol's `cycle` while a `Later` answer waits: an answer in progress as far as
+    uvicorn reads one (a request pipelined behind it is queued, reading paused; a body is
+    taken and dropped; a disconnect or a shutdown is noted), written by `settle`."""
+
+    __slots__ = (
+        "_answer",
+        "_method",
+        "_protocol",
+        "body",
+        "disconnected",
+        "keep_alive",
+        "more_body",
+        "response_complete",
+    )
+
+    def __init__(
+        self, protocol: GuardedHttpToolsProtocol, later: Later, method: str, keep_alive: bool
+    ) -> None:
+        self._protocol = protocol
+        self._answer = later.answer
+        self._method = method
+        self.body = bytearray()  # uvicorn appends what arrives; a body the app did not read
+        self.disconnected = False
+        self.keep_alive = keep_alive  # uvicorn's shutdown clears it: the answer then closes
+        self.more_body = True  # uvicorn's on_message_complete clears it; nothing reads it
+        self.response_complete = False
+
+    @property
+    def message_event(self) -> _Waiting:
+        return self
+
+    def set(self) -> None:
+        """uvicorn wakes a cycle's reader on body, end and disconnect: nothing reads here."""
+        self.body.clear()
+
+    def settle(self, waits_on: asyncio.Future[Any]) -> None:
+        protocol = self._protocol
+        try:
+            reply = self._answer(waits_on)
+        except Exception:  # logged, and answered as the exception tables answer it
+            logger.exception("direct answer to %s failed", self._method)
+            reply = _INTERNAL
+        if self.disconnected or protocol.transport.is_closing():
+            return  # as uvicorn's send to a client gone: nothing written, nothing counted
+        keep_alive = self.keep_alive
+        defaults = protocol.server_state.default_headers
+        data = whole_answer(reply, self._method, defaults, keep_alive)
+        if data is None:  # not the plain case: the app's mistake, answered as one
+            logger.error("direct answer %d is not one the server writes whole", reply.status)
+            keep_alive = False
+            data = whole_answer(_INTERNAL, "POST", defaults, keep_alive)
+            assert data is not None
+        self.response_complete = True
+        protocol.transport.write(data)
+        if not keep_alive:
+            protocol.transport.close()
+        protocol.on_response_complete()  # counted; the next request started, or kept alive
+
+
+_INTERNAL = Reply.of(
+    500,
+    [(b"content-type", PROBLEM_JSON.encode())],
+    problem_body(500, "INTERNAL", "internal error; it has been logged"),
+)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -379,6 +462,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if reply is None:
             return False
         keep_alive = self.parser.should_keep_alive()
+        if isinstance(reply, Later):
+            waiting = _Waiting(self, reply, method, keep_alive)
+            self.cycle = waiting  # type: ignore[assignment]  # a cycle as far as uvicorn reads
+            reply.waits_on.add_done_callback(waiting.settle)
+            self._phase = _IDLE  # a body is read and dropped; the answer's keep-alive bounds it
+            return True
         data = whole_answer(reply, method, self.server_state.default_headers, keep_alive)
         if data is None:
             return False

@@ -9,6 +9,7 @@ character (which made different users one, and handed one user's coupon to anoth
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
@@ -31,7 +32,7 @@ from flashcoupon_common.http import (
     problem,
     user_from_header,
 )
-from flashcoupon_common.httpserver import sent_whole
+from flashcoupon_common.httpserver import Later, sent_whole
 from flashcoupon_common.red_metrics import RouteMetrics
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
@@ -46,6 +47,7 @@ from flashcoupon_issuer.issuance import (
     IssueService,
     Outcome,
     PressArgs,
+    call_budget,
 )
 
 logger = logging.getLogger(__name__)
@@ -193,14 +195,10 @@ class IssueEdge:
             # in the issue route's RED metrics, the batch in its own route's.
             metrics = self._batch_metrics
             answer = self._batch_answer(scope, receive)
-        elif (
-            scope["type"] == "http"
-            and path.startswith(ISSUE_PREFIX)
-            and path.endswith(ISSUE_SUFFIX)
-            and scope["method"] == "POST"
-        ):
+        elif scope["type"] == "http" and (event_id := _lone_event(scope)) is not None:
             metrics = self._metrics
-            answer = self._lone_press(scope, path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)])
+            read = self._read_press(scope, event_id)
+            answer = read if isinstance(read, Reply) else self._pressed(scope, *read)
         else:
             await self.app(scope, receive, send)
             return
@@ -264,8 +262,70 @@ class IssueEdge:
                 answers[i] = self._answer(event_id, user, next(outcomes))
         return [a for a in answers if a is not None]  # each press has its answer by now
 
-    def _lone_press(self, scope: Scope, event_id: str) -> Reply | Awaitable[Reply]:
-        """A press sent alone: a 400 for malformed headers, else its answer to await."""
+    def direct_answer(self, scope: Scope) -> Reply | Later | None:
+        """A lone press answered by the server the moment its head is read
+        (flashcoupon_common.httpserver.DirectAnswer): a 400 or an outcome decided here at once,
+        anything else once its script call is done (a Later, from the call's done callback) —
+        the answers `__call__` gives, without uvicorn's cycle, task or ASGI call. None (the
+        ASGI path) with tracing on, for anything but a lone press, and while the event's
+        holders are not loaded."""
+        event_id = None if tracing.ENABLED else _lone_event(scope)
+        service: IssueService | None = scope["state"].get("service")
+        if event_id is None or service is None:
+            return None
+        start = time.perf_counter()
+        read = self._read_press(scope, event_id)
+        if isinstance(read, Reply):
+            self._metrics.record(read.status, start)
+            return read
+        press, budget = read
+        event_id, user, rid, tp, keyed, allowance = press
+        seconds = call_budget(budget, service.retry_deadline_s, service.deadline_margin_ms)
+        started = service.start(
+            event_id, user, rid, tp, keyed=keyed, seconds=seconds, allowance=allowance
+        )
+        if started is None:
+            return None
+        if isinstance(started, Outcome):
+            reply = self._answer(event_id, user, started)
+            self._metrics.record(reply.status, start)
+            return reply
+        # As `issue`'s timeout: the batcher stops retrying at the deadline, this also bounds a
+        # call already on the wire.
+        timer = (
+            None
+            if budget is None
+            else asyncio.get_running_loop().call_later(seconds, started.cancel)
+        )
+        return Later(
+            started, functools.partial(self._settled, service, press, seconds, timer, start)
+        )
+
+    def _settled(
+        self,
+        service: IssueService,
+        press: PressArgs,
+        seconds: float,
+        timer: asyncio.TimerHandle | None,
+        start: float,
+        call: asyncio.Future[list[Any]],
+    ) -> Reply:
+        """A direct answer's reply once its script call is done (raises as `press` would)."""
+        if timer is not None:
+            timer.cancel()
+        event_id, user, rid, _, keyed, _ = press
+        status = 500  # what the server answers should this raise
+        try:
+            outcome = service.settle(call, event_id, user, rid, keyed, seconds)
+            reply = self._answer(event_id, user, outcome)
+            status = reply.status
+            return reply
+        finally:
+            self._metrics.record(status, start)
+
+    def _read_press(self, scope: Scope, event_id: str) -> Reply | tuple[PressArgs, int | None]:
+        """A press sent alone, read from its headers: a 400 for malformed ones, else the press
+        as IssueService takes it and the caller's budget (X-Flashcoupon-Deadline-Ms)."""
         user = key = tp = None
         budget: int | None = None
         allowance: AllowanceLimit = None
@@ -291,8 +351,8 @@ class IssueEdge:
                 budget = deadline_budget(value)
         if raw_user and user is None:
             return _problem(400, "INVALID_USER", "X-Flashcoupon-User must be UTF-8")
-        service = scope["state"]["service"]
-        return self.press(service, event_id, user, key, tp, budget, allowance)
+        prepared = _prepared(event_id, user, key, tp, allowance)
+        return prepared if isinstance(prepared, Reply) else (prepared, budget)
 
     async def press(
         self,
@@ -304,13 +364,19 @@ class IssueEdge:
         budget: int | None,
         allowance: AllowanceLimit = None,
     ) -> Reply:
-        """One shopper's press, sent alone or in a batch with tracing on."""
+        """One shopper's press in a batch with tracing on."""
         prepared = _prepared(event_id, user, key, tp, allowance)
         if isinstance(prepared, Reply):
             return prepared
+        return await self._issued(service, prepared, budget)
+
+    def _pressed(self, scope: Scope, press: PressArgs, budget: int | None) -> Awaitable[Reply]:
+        return self._issued(scope["state"]["service"], press, budget)
+
+    async def _issued(self, service: IssueService, press: PressArgs, budget: int | None) -> Reply:
         if tracing.ENABLED:
-            return await self._traced(service, prepared, budget)
-        event_id, user, rid, tp, keyed, allowance = prepared
+            return await self._traced(service, press, budget)
+        event_id, user, rid, tp, keyed, allowance = press
         outcome = await service.issue(
             event_id, user, rid, tp, keyed=keyed, budget_ms=budget, allowance=allowance
         )
@@ -367,6 +433,14 @@ class IssueEdge:
                 sold_out = self._sold_out[event_id] = outcome_reply(event_id, user, outcome)
             return sold_out
         return outcome_reply(event_id, user, outcome)
+
+
+def _lone_event(scope: Scope) -> str | None:
+    """The event id of a lone press (POST /internal/v1/events/{eventId}/issue), else None."""
+    path: str = scope["path"]
+    if scope["method"] == "POST" and path.startswith(ISSUE_PREFIX) and path.endswith(ISSUE_SUFFIX):
+        return path[len(ISSUE_PREFIX) : -len(ISSUE_SUFFIX)]
+    return None
 
 
 def _prepared(

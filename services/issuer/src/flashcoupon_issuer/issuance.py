@@ -327,20 +327,68 @@ class IssueService:
         if local is not None:
             return local
         seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
-        deadline = time.monotonic() + seconds
-        call = self._call(event_id, [(user_id, request_id, traceparent, allowance)], deadline)
-        replies: Any = None
-        error: Exception | None = None
+        call = self._submit(event_id, user_id, request_id, traceparent, allowance, seconds)
         try:
             if budget_ms is None:
-                replies = await call
+                await call
             else:
                 # The batcher stops retrying at the deadline; the timeout also bounds a batch
                 # already on the wire. Cancelling the call's future keeps it from being sent.
                 async with asyncio.timeout(seconds):
-                    replies = await call
-        except Exception as exc:  # noqa: BLE001 - _conclude sorts what a failure means
-            error = exc
+                    await call
+        except Exception:  # noqa: BLE001 - the call's future holds what happened
+            pass
+        return self.settle(call, event_id, user_id, request_id, keyed, seconds)
+
+    def start(
+        self,
+        event_id: str,
+        user_id: str,
+        request_id: str,
+        traceparent: str,
+        *,
+        keyed: bool,
+        seconds: float,
+        allowance: AllowanceLimit = None,
+    ) -> Outcome | asyncio.Future[list[Any]] | None:
+        """`issue` up to its script call, awaiting nothing: the outcome when it is decided
+        here, else the call's future (bounded by the batcher at `seconds`; `settle` it once
+        done), or None while the event's holders are not loaded (then `issue` the press).
+
+        For the issuer's direct answers (http.IssueEdge.direct_answer): a press answered from
+        the future's done callback needs no task or coroutine (docs/issuer.md)."""
+        local, unknown = self._answer_locally(event_id, user_id, request_id, keyed)
+        if unknown:
+            return None
+        if local is not None:
+            return local
+        return self._submit(event_id, user_id, request_id, traceparent, allowance, seconds)
+
+    def _submit(
+        self,
+        event_id: str,
+        user_id: str,
+        request_id: str,
+        traceparent: str,
+        allowance: AllowanceLimit,
+        seconds: float,
+    ) -> asyncio.Future[list[Any]]:
+        deadline = time.monotonic() + seconds
+        press = (user_id, request_id, traceparent, allowance)
+        return asyncio.ensure_future(self._call(event_id, [press], deadline))
+
+    def settle(
+        self,
+        call: asyncio.Future[list[Any]],
+        event_id: str,
+        user_id: str,
+        request_id: str,
+        keyed: bool,
+        seconds: float,
+    ) -> Outcome | IssuerUnavailable:
+        """The outcome of one press's script call (`start`, `issue`), done or given up on:
+        one not done, or cancelled, by its deadline timed out."""
+        replies, error = _reply_or_error(call, seconds)
         ((reply, error),) = each_press(replies, error, 1)
         return self._conclude(event_id, user_id, request_id, keyed, reply, error, seconds)
 
@@ -512,8 +560,9 @@ def each_press(
 
 
 def _reply_or_error(future: asyncio.Future[Any], seconds: float) -> tuple[Any, Exception | None]:
-    """A settled call's reply, or its error; a call cancelled at the deadline timed out."""
-    if future.cancelled():
+    """A settled call's reply, or its error; a call cancelled at the deadline (or not done by
+    then: a task still unwinding its cancellation) timed out."""
+    if future.cancelled() or not future.done():
         return None, TimeoutError(f"no reply within {seconds:.2f}s")
     error = future.exception()
     if error is None:
