@@ -51,6 +51,8 @@ class _App:
                 self.answered_later.append(path)
                 if path == "/later/raise":
                     raise RuntimeError("the app's own mistake")
+                if path == "/later/cancelled":
+                    return done.result()  # type: ignore[no-any-return]  # raises CancelledError
                 return _GONE if path != "/later/headless" else Reply(204, [], b"")
 
             return Later(waits_on, answer)
@@ -305,8 +307,9 @@ async def test_a_client_gone_while_its_answer_waits_is_written_nothing(
 async def test_a_later_answer_that_fails_is_a_logged_500(
     served: tuple[_App, uvicorn.Server, int], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An answer that raises, or one the server cannot write whole (a 204), is answered 500
-    problem+json and logged; the first keeps the connection, the second closes it."""
+    """An answer that raises (an error, or the cancellation of what it waited for), or one the
+    server cannot write whole (a 204), is answered 500 problem+json and logged; the first two keep
+    the connection, the last closes it."""
     app, _, port = served
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -315,6 +318,11 @@ async def test_a_later_answer_that_fails_is_a_logged_500(
         failed = await _answer(reader)
         assert failed.startswith(b"HTTP/1.1 500") and b'"code":"INTERNAL"' in failed
         assert b"application/problem+json" in failed and b"connection: close" not in failed
+        writer.write(_request("/later/cancelled"))
+        await wait_until(lambda: "/later/cancelled" in app.later, 10, 0.01, what="asked")
+        app.later["/later/cancelled"].cancel()
+        cancelled = await _answer(reader)
+        assert cancelled.startswith(b"HTTP/1.1 500") and b"connection: close" not in cancelled
         writer.write(_request("/later/headless"))
         await _settle_when_asked(app, "/later/headless")
         odd = await _answer(reader)
@@ -324,7 +332,7 @@ async def test_a_later_answer_that_fails_is_a_logged_500(
     finally:
         writer.close()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
-    assert [r.exc_info is not None for r in errors] == [True, False]
+    assert [r.exc_info is not None for r in errors] == [True, True, False]
 
 
 async def test_a_shutdown_waits_for_a_later_answer_and_closes_after_it(

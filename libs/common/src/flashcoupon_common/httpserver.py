@@ -340,7 +340,7 @@ class _Waiting:
         protocol = self._protocol
         try:
             reply = self._answer(waits_on)
-        except Exception:  # logged, and answered as the exception tables answer it
+        except (Exception, asyncio.CancelledError):  # logged, answered as the tables answer it
             logger.exception("direct answer to %s failed", self._method)
             reply = _INTERNAL
         if self.disconnected or protocol.transport.is_closing():

@@ -17,22 +17,26 @@ the same rules. Under uvicorn the server writes the lane's answer itself as the 
 read, without a request cycle, task or ASGI call (`direct_answer`, docs/gateway.md "Direct
 answers"); `__call__` keeps the lane for any other server. Measured with a distinct token per
 shopper, the lane's answers run at ~1.0 of a hello-world on the same server (docs/gateway.md).
+Any other body-less press is answered by a task of its own, written by the server when that
+task is done (a `Later`): the same answer as through `__call__`, without uvicorn's cycle and
+ASGI call around it.
 With tracing on (flashcoupon_common.tracing) the route runs inside a server span, a child of
 the shopper's traceparent if any; the forwarded request carries that span's traceparent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
 from flashcoupon_common import tracing
 from flashcoupon_common.http import Reply, error_response
-from flashcoupon_common.httpserver import sent_whole
+from flashcoupon_common.httpserver import Later, sent_whole
 from flashcoupon_common.red_metrics import RouteMetrics
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from flashcoupon_gateway.routes import ISSUE_PATH, issue_reply
 from flashcoupon_gateway.service import Gateway
@@ -60,6 +64,23 @@ def sold_out_now(scope: Scope, event_id: str) -> Reply | None:
     return None
 
 
+def _bodyless(scope: Scope) -> bool:
+    """Whether a request's head says it has no body."""
+    for name, value in scope["headers"]:
+        if (name == b"content-length" and value != b"0") or name == b"transfer-encoding":
+            return False
+    return True
+
+
+async def _no_body() -> Message:
+    """The `receive` of a body-less press answered directly (nothing else is read from it)."""
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def _task_reply(answering: asyncio.Future[Reply]) -> Reply:
+    return answering.result()
+
+
 # Where direct_answer leaves the event id of a press it matched and left to the ASGI path.
 _LANE_TRIED = "flashcoupon.lane_tried"
 
@@ -76,21 +97,29 @@ class IssueFastPath:
         self._errors = app.exception_handlers
         self._metrics = RouteMetrics(service, ISSUE_PATH, "POST")
 
-    def direct_answer(self, scope: Scope) -> Reply | None:
-        """The sold-out lane's 410, written by the server the moment the press's head is read
-        (flashcoupon_common.httpserver.DirectAnswer); None for anything else, which `__call__`
-        then answers. A press it matched is marked as such in its scope, so `__call__` neither
-        matches the route nor tries the lane again."""
+    def direct_answer(self, scope: Scope) -> Reply | Later | None:
+        """A press answered by the server the moment its head is read
+        (flashcoupon_common.httpserver.DirectAnswer): the sold-out lane's 410 at once, any
+        other body-less press from a task of its own once it is done (a Later); None for a
+        press with a body (its body is read on the ASGI path) and anything else, which
+        `__call__` then answers. A press left to `__call__` is marked as such in its scope, so
+        it neither matches the route nor tries the lane again."""
         event_id = None if tracing.ENABLED else _pressed_event(scope)
         if event_id is None:
             return None
         start = time.perf_counter()
         sold_out = sold_out_now(scope, event_id)
-        if sold_out is None:
+        if sold_out is not None:
+            self._metrics.record(sold_out.status, start)
+            return sold_out
+        if not _bodyless(scope):
             scope[_LANE_TRIED] = event_id
             return None
-        self._metrics.record(sold_out.status, start)
-        return sold_out
+        scope["path_params"] = {"eventId": event_id}
+        answering = asyncio.get_running_loop().create_task(
+            self._answered(Request(scope, _no_body), start)
+        )
+        return Later(answering, _task_reply)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         tried: str | None = scope.get(_LANE_TRIED)
@@ -119,6 +148,12 @@ class IssueFastPath:
                 await reply.send(send)
         finally:
             self._metrics.record(reply.status, start)
+
+    async def _answered(self, request: Request, start: float) -> Reply:
+        """`_answer`, counted in the route's metrics (a Later's: the server writes it)."""
+        reply = await self._answer(request)
+        self._metrics.record(reply.status, start)
+        return reply
 
     async def _answer(self, request: Request) -> Reply:
         """The press's answer, or the app's exception table's answer to its error."""
