@@ -96,6 +96,9 @@ class IssueFastPath:
         self.app = app
         self._errors = app.exception_handlers
         self._metrics = RouteMetrics(service, ISSUE_PATH, "POST")
+        # The presses answered by tasks of their own (direct_answer): the event loop holds a
+        # task only weakly, so they are held here until done, as uvicorn holds its own.
+        self._answering: set[asyncio.Task[Reply]] = set()
 
     def direct_answer(self, scope: Scope) -> Reply | Later | None:
         """A press answered by the server the moment its head is read
@@ -119,6 +122,8 @@ class IssueFastPath:
         answering = asyncio.get_running_loop().create_task(
             self._answered(Request(scope, _no_body), start)
         )
+        self._answering.add(answering)
+        answering.add_done_callback(self._answering.discard)
         return Later(answering, _task_reply)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
