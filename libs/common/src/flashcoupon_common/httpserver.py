@@ -26,8 +26,9 @@ Further still, an app may answer a request the moment its head is read, without 
 request cycle, task or ASGI call (`DirectAnswer`: an app with a `direct_answer` method). The
 protocol asks it first; a Reply is written at once, None leaves the request to the ASGI path.
 An answer decided without awaiting anything (the gateway's sold-out lane) is a Reply; one that
-waits for a single future (the issuer's lone press: its script call) is a `Later`, written from
-that future's done callback, still without a task or cycle. The subtle part is uvicorn's books,
+waits for a single future (the issuer's lone press: its script call; the gateway's forwarded
+press: a task of its own) is a `Later`, written from that future's done callback, without
+uvicorn's cycle. The subtle part is uvicorn's books,
 kept as its own answer keeps them: the connection closed or its keep-alive timer armed, the
 rest of the request (a body) ignored, a pipelined request after it started once the answer is
 out (docs/gateway.md, "Direct answers"; docs/issuer.md, "Lone presses answered later"). And
@@ -266,8 +267,8 @@ def whole_answer(
 
 class Later(NamedTuple):
     """A direct answer that waits for one future: `answer(waits_on)` gives the Reply once
-    `waits_on` is done (cancelled included), called from its done callback. `answer` must not
-    raise: an exception is logged and answered 500, as the apps' exception tables answer one."""
+    `waits_on` is done (cancelled included), called from its done callback. An exception from
+    `answer` (a bug) is logged and answered 500, as the apps' exception tables answer one."""
 
     waits_on: asyncio.Future[Any]
     answer: Callable[[asyncio.Future[Any]], Reply]
