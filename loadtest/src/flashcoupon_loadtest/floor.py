@@ -37,12 +37,19 @@ class Floor(ABC):
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        path: str = scope["path"]
-        if self._started and path.startswith(self._prefix) and path.endswith(self._suffix):
-            reply = await self.press(path[len(self._prefix) : -len(self._suffix)], scope["headers"])
+        event_id = self.pressed_event(scope)
+        if event_id is not None:
+            reply = await self.press(event_id, scope["headers"])
         else:
             reply = Reply.of(200, JSON_HEADERS, b'"ok"')  # /readyz: the server is up
         await reply.send(send)
+
+    def pressed_event(self, scope: Scope) -> str | None:
+        """The event id of a press to the floor's route once started, else None."""
+        path: str = scope["path"]
+        if self._started and path.startswith(self._prefix) and path.endswith(self._suffix):
+            return path[len(self._prefix) : -len(self._suffix)]
+        return None
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
