@@ -174,6 +174,18 @@ def test_whole_answer_refuses_what_uvicorn_frames_itself() -> None:
     assert whole_answer(Reply(200, [(b"X-Upper", b"1")], b""), "POST", headers, True) is None
     chunked = Reply(200, [(b"transfer-encoding", b"chunked")], b"")
     assert whole_answer(chunked, "POST", headers, True) is None
+    # Header lines are checked once per pair and remembered: a refused pair stays refused, a
+    # pair's line is the same bytes each time, a control character in a value is refused.
+    odd = Reply.of(200, [(b"x-odd", b"a\x01b")], b"")
+    for _ in range(2):
+        assert whole_answer(odd, "POST", headers, True) is None
+        assert whole_answer(_GONE, "POST", headers, False) == whole_answer(
+            _GONE, "POST", headers, False
+        )
+    assert whole_answer(_GONE, "POST", headers, True) == (
+        b"HTTP/1.1 410 Gone\r\nserver: uvicorn\r\ncontent-type: application/problem+json\r\n"
+        b"content-length: 19\r\n\r\n" + _GONE.body
+    )
 
 
 async def test_a_withheld_body_after_a_direct_answer_gets_nothing_more(

@@ -185,8 +185,27 @@ _FIELD_LINES = re.compile(rb"(?:[!#$%&'*+\-.^_`|~0-9a-z]+: [^\x00-\x08\x0a-\x1f\
 _defaults: tuple[Headers | None, bytes] = (None, b"")
 
 
+# Header pairs already written as lines that passed _FIELD_LINES, with those lines: a hot route
+# answers with the same few pairs (its content type, a handful of body lengths), so each is
+# checked once. Bounded: odd pairs only make it refill.
+_checked_lines: dict[tuple[bytes, bytes], bytes] = {}
+
+
 def _header_lines(headers: Headers) -> bytes:
     return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
+
+
+def _checked_line(pair: tuple[bytes, bytes]) -> bytes | None:
+    """`pair` as its header line, or None when the line would not pass _FIELD_LINES."""
+    line = _checked_lines.get(pair)
+    if line is None:
+        line = pair[0] + b": " + pair[1] + b"\r\n"
+        if _FIELD_LINES.fullmatch(line) is None:
+            return None
+        if len(_checked_lines) >= 4096:
+            _checked_lines.clear()
+        _checked_lines[pair] = line
+    return line
 
 
 def _default_lines(headers: Headers) -> bytes:
@@ -250,19 +269,24 @@ def whole_answer(
         return None
     body = reply.body
     length = None
-    for name, value in reply.headers:
+    head = [STATUS_LINE[status], _default_lines(default_headers)]
+    for pair in reply.headers:
+        name = pair[0]
         if name in _FRAMING:
             if name != b"content-length" or length is not None:
                 return None
-            length = value
+            length = pair[1]
+        line = _checked_line(pair)
+        if line is None:
+            return None
+        head.append(line)
     if length != b"%d" % len(body):
         return None
-    fields = _header_lines(reply.headers)
-    if _FIELD_LINES.fullmatch(fields) is None:
-        return None
-    close = b"" if keep_alive else b"connection: close\r\n"
-    head = (STATUS_LINE[status], _default_lines(default_headers), fields, close, b"\r\n")
-    return b"".join(head) + body
+    if not keep_alive:
+        head.append(b"connection: close\r\n")
+    head.append(b"\r\n")
+    head.append(body)
+    return b"".join(head)
 
 
 class Later(NamedTuple):
