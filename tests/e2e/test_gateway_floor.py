@@ -15,6 +15,7 @@ from flashcoupon_loadtest.gateway_floor import GatewayFloor
 from tests.support import asgi
 from tests.support.gateway import SECRET, bearer, provision
 from tests.support.processes import issuer_proc
+from tests.support.raw_http import exchange, serving
 from tests.support.stack import Stack
 
 
@@ -31,14 +32,38 @@ async def test_the_floor_relays_the_issuers_answers(
     }.items():
         monkeypatch.setenv(name, value)
     path = f"/v1/events/{spec.event_id}/issue"
+    token = bearer("bob")["Authorization"]
+
+    def raw(key: str) -> bytes:
+        return (
+            f"POST {path} HTTP/1.1\r\nHost: t\r\nAuthorization: {token}\r\n"
+            f"Idempotency-Key: {key}\r\nConnection: close\r\n\r\n"
+        ).encode()
+
     try:
         async with asgi.running(GatewayFloor()) as app, asgi.client(app) as http:
             first = await http.post(path, headers={**bearer("alice"), "Idempotency-Key": "k1"})
             replay = await http.post(path, headers={**bearer("alice"), "Idempotency-Key": "k1"})
             again = await http.post(path, headers={**bearer("alice"), "Idempotency-Key": "k2"})
             ready = await http.get("/readyz")
+        # Under uvicorn the floor answers directly, once the issuer's answer is in: the same
+        # answers (the second of its two coupons for bob, then DUPLICATE), no ASGI call.
+        floor = GatewayFloor()
+        asked: list[str] = []
+        press = floor.press
+
+        async def counted(event_id: str, headers: list[tuple[bytes, bytes]]) -> object:
+            asked.append(event_id)
+            return await press(event_id, headers)
+
+        floor.press = counted  # type: ignore[method-assign]
+        async with serving(floor) as (_, port):
+            direct, duplicate = await exchange(port, raw("b1")), await exchange(port, raw("b2"))
     finally:
         issuer.stop()
+    assert direct.startswith(b"HTTP/1.1 201") and b'"userId":"bob"' in direct
+    assert duplicate.startswith(b"HTTP/1.1 409") and b'"DUPLICATE"' in duplicate
+    assert asked == []
     assert first.status_code == 201, first.text
     coupon = orjson.loads(first.content)
     assert coupon["couponCode"] == coupon_code(secret, 0)

@@ -13,19 +13,25 @@ HTTP hop, batched, allows on this box.
 
 Configured as the gateway is (FLASHCOUPON_GATEWAY_*: the issuer's URL, the batch size, the
 pool's connections and timeout); presses go to the first issuer. The ASGI part is
-flashcoupon_loadtest.floor's.
+flashcoupon_loadtest.floor's. Under uvicorn a press is answered once the batcher's future for
+it is done, without uvicorn's cycle (`direct_answer`, flashcoupon_common.httpserver.Later), as
+the gateway answers its forwarded presses.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 from flashcoupon_common.http import Headers, Reply
+from flashcoupon_common.httpserver import Later
 from flashcoupon_common.issue_batch import Press
 from flashcoupon_gateway.auth import b64url_decode
 from flashcoupon_gateway.issue_batch import IssueBatcher
 from flashcoupon_gateway.routes import ISSUE_PATH, relay
 from flashcoupon_gateway.settings import GatewaySettings
-from flashcoupon_gateway.upstream import Forwarder
+from flashcoupon_gateway.upstream import Answer, Forwarder
+from starlette.types import Scope
 
 from flashcoupon_loadtest.floor import Floor
 
@@ -39,6 +45,10 @@ def subject(authorization: bytes) -> str:
     return sub
 
 
+def _relayed(answering: asyncio.Future[Answer]) -> Reply:
+    return relay(answering.result(), [])  # as the gateway relays it, without RateLimit-*
+
+
 class GatewayFloor(Floor):
     def __init__(self) -> None:
         super().__init__(ISSUE_PREFIX, ISSUE_SUFFIX)
@@ -46,6 +56,18 @@ class GatewayFloor(Floor):
         self.batcher: IssueBatcher | None = None
 
     async def press(self, event_id: str, headers: Headers) -> Reply:
+        answering = self._forwarded(event_id, headers)
+        await answering
+        return _relayed(answering)
+
+    def direct_answer(self, scope: Scope) -> Later | None:
+        """A press answered by the server once the issuer's answer is in (DirectAnswer)."""
+        event_id = self.pressed_event(scope)
+        if event_id is None:
+            return None
+        return Later(self._forwarded(event_id, scope["headers"]), _relayed)
+
+    def _forwarded(self, event_id: str, headers: Headers) -> asyncio.Future[Answer]:
         assert self.forwarder is not None and self.batcher is not None  # started
         user = ""
         key = None
@@ -55,8 +77,7 @@ class GatewayFloor(Floor):
             elif name == b"idempotency-key":
                 key = value.decode("latin-1")
         press = Press(event_id, user, key, None, None)  # no traceparent, no allowance
-        answer = await self.batcher.issue(self.forwarder.issuers[0], press)
-        return relay(answer, [])  # as the gateway relays it, without RateLimit-* headers
+        return self.batcher.issue(self.forwarder.issuers[0], press)
 
     async def start(self) -> None:
         settings = GatewaySettings.from_env()
