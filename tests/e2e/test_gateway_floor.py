@@ -13,6 +13,7 @@ from flashcoupon_common.coupon_math import coupon_code
 from flashcoupon_loadtest.gateway_floor import GatewayFloor
 
 from tests.support import asgi
+from tests.support.floors import asgi_presses
 from tests.support.gateway import SECRET, bearer, provision
 from tests.support.processes import issuer_proc
 from tests.support.raw_http import exchange, serving
@@ -49,14 +50,7 @@ async def test_the_floor_relays_the_issuers_answers(
         # Under uvicorn the floor answers directly, once the issuer's answer is in: the same
         # answers (the second of its two coupons for bob, then DUPLICATE), no ASGI call.
         floor = GatewayFloor()
-        asked: list[str] = []
-        press = floor.press
-
-        async def counted(event_id: str, headers: list[tuple[bytes, bytes]]) -> object:
-            asked.append(event_id)
-            return await press(event_id, headers)
-
-        floor.press = counted  # type: ignore[method-assign]
+        asked = asgi_presses(floor)
         async with serving(floor) as (_, port):
             direct, duplicate = await exchange(port, raw("b1")), await exchange(port, raw("b2"))
     finally:

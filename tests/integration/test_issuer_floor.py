@@ -9,6 +9,7 @@ from flashcoupon_common.coupon_math import coupon_code
 from flashcoupon_loadtest.issuer_floor import IssuerFloor
 
 from tests.support import asgi
+from tests.support.floors import asgi_presses
 from tests.support.issuer import make_spec
 from tests.support.raw_http import exchange, serving
 
@@ -41,14 +42,7 @@ async def test_under_uvicorn_the_floor_answers_directly(redis_cluster) -> None:
     spec = make_spec(2)
     await event_state.provision(redis_cluster, spec)
     floor = IssuerFloor()
-    called: list[str] = []
-    press = floor.press
-
-    async def counted(event_id: str, headers: list[tuple[bytes, bytes]]) -> object:
-        called.append(event_id)
-        return await press(event_id, headers)
-
-    floor.press = counted  # type: ignore[method-assign]
+    called = asgi_presses(floor)
 
     def raw(key: str) -> bytes:
         return (

@@ -57,19 +57,21 @@ def sold_out_now(scope: Scope, event_id: str) -> Reply | None:
     for name, value in scope["headers"]:
         if name == b"authorization" and authorization is None:  # the first, as Starlette's
             authorization = value.decode("latin-1")
-        elif (name == b"content-length" and value != b"0") or name == b"transfer-encoding":
+        elif _frames_a_body(name, value):
             return None
     if gateway.answers_sold_out_now(event_id, authorization):
         return gateway.sold_out_answer(event_id)
     return None
 
 
+def _frames_a_body(name: bytes, value: bytes) -> bool:
+    """Whether this header says its request has a body (which the full path reads)."""
+    return (name == b"content-length" and value != b"0") or name == b"transfer-encoding"
+
+
 def _bodyless(scope: Scope) -> bool:
     """Whether a request's head says it has no body."""
-    for name, value in scope["headers"]:
-        if (name == b"content-length" and value != b"0") or name == b"transfer-encoding":
-            return False
-    return True
+    return not any(_frames_a_body(name, value) for name, value in scope["headers"])
 
 
 async def _no_body() -> Message:

@@ -47,7 +47,6 @@ from flashcoupon_issuer.issuance import (
     IssueService,
     Outcome,
     PressArgs,
-    call_budget,
 )
 
 logger = logging.getLogger(__name__)
@@ -280,7 +279,7 @@ class IssueEdge:
             return read
         press, budget = read
         event_id, user, rid, tp, keyed, allowance = press
-        seconds = call_budget(budget, service.retry_deadline_s, service.deadline_margin_ms)
+        seconds = service.seconds_for(budget)
         started = service.start(
             event_id, user, rid, tp, keyed=keyed, seconds=seconds, allowance=allowance
         )

@@ -326,7 +326,7 @@ class IssueService:
             local, _ = self._answer_locally(event_id, user_id, request_id, keyed)
         if local is not None:
             return local
-        seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
+        seconds = self.seconds_for(budget_ms)
         call = self._submit(event_id, user_id, request_id, traceparent, allowance, seconds)
         try:
             if budget_ms is None:
@@ -339,6 +339,11 @@ class IssueService:
         except Exception:  # noqa: BLE001 - the call's future holds what happened
             pass
         return self.settle(call, event_id, user_id, request_id, keyed, seconds)
+
+    def seconds_for(self, budget_ms: int | None) -> float:
+        """How long a press's script call may take, given the caller's budget (`call_budget`
+        with this service's retry deadline and margin)."""
+        return call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
 
     def start(
         self,
@@ -409,7 +414,7 @@ class IssueService:
             await self.holders.get(event_id)
         for i in unknown:
             decided[i] = self._answer_locally(*presses[i][:3], presses[i][4])
-        seconds = call_budget(budget_ms, self.retry_deadline_s, self.deadline_margin_ms)
+        seconds = self.seconds_for(budget_ms)
         deadline = time.monotonic() + seconds
         results: list[Outcome | IssuerUnavailable | None] = [local for local, _ in decided]
         pending: dict[str, list[int]] = {}  # event id → its presses for the script
