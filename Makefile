@@ -118,7 +118,7 @@ bench-revisions: stack-up ## bench-gateway's paths for BEFORE=<git rev> and this
 .PHONY: profile
 # py-spy samples each path's serving process; docs/loadtest.md, "make profile".
 profile: stack-up ## where the CPU per request goes (server, application, libraries) for hello-world, issuer, gateway
-	$(RUN) python -m flashcoupon_loadtest.cpu_profile $(if $(PATHS),--paths $(PATHS))
+	$(RUN) python -m flashcoupon_loadtest.cpu_profile $(if $(PATHS),--paths $(PATHS)) $(if $(SAMPLE),--sample $(SAMPLE))
 
 .PHONY: bench-relay bench-wallet bench-master
 bench-relay: stack-up ## outbox relay records/s into Kafka (50k entries) vs naive send_and_wait

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from flashcoupon_loadtest.bench_gateway import chosen_paths
+from flashcoupon_loadtest.bench_gateway import PathSpec, chosen_paths
 from flashcoupon_loadtest.cpu_profile import (
     frame_key,
     layer_of,
     main,
     report_lines,
+    sampled,
     summarize,
 )
 
@@ -98,3 +99,17 @@ def test_unknown_paths_and_no_seconds_are_usage_errors(capsys: pytest.CaptureFix
 def test_chosen_paths_keeps_the_order_and_drops_empty_items() -> None:
     parser = argparse.ArgumentParser()
     assert chosen_paths(parser, "gateway,,hello,", ("hello", "gateway")) == ["gateway", "hello"]
+
+
+def test_another_watched_process_can_be_sampled_on_a_path() -> None:
+    gateway = PathSpec("gateway", "http://g", 20, "gateway", {"issuer": 10, "gateway": 20})
+    assert sampled(gateway, None) is gateway and sampled(gateway, "gateway") is gateway
+    issuer = sampled(gateway, "issuer")
+    assert (issuer.kind, issuer.url, issuer.pid, issuer.process) == (
+        "gateway",
+        "http://g",
+        10,
+        "issuer",
+    )
+    with pytest.raises(ValueError, match="watches no process 'wallet' \\(gateway, issuer\\)"):
+        sampled(gateway, "wallet")

@@ -1,7 +1,7 @@
 """`make profile`: where a service's CPU goes per request, by layer and by function (py-spy).
 
     uv run python -m flashcoupon_loadtest.cpu_profile [--paths hello,issuer,gateway]
-        [--seconds 10] [--users 20000] [--concurrency 64] [--top 20]
+        [--seconds 10] [--users 20000] [--concurrency 64] [--top 20] [--sample issuer]
 
 Issue 13 asks to profile before optimising and to say where the time went. This is that
 profile, reproducible: the services start as `make bench-gateway` starts them (its paths, the
@@ -17,7 +17,9 @@ samples are sorted by the frame they were taken in:
 
 A layer's µs per request is its share of the samples times the process's CPU per request
 measured in the same rounds (/proc), so the paths compare in the same run: the issuer's
-server layer against hello-world's whole request, say. py-spy samples without pausing the
+server layer against hello-world's whole request, say. `--sample issuer` samples the issuer
+instead while each path runs (any process the path watches: on the gateway path, what a
+batched press costs the issuer behind it). py-spy samples without pausing the
 process (`--nonblocking`), so it costs the process little, but the rounds' req/s are not
 benchmark figures. Writes loadtest/results/profile.json.
 """
@@ -32,7 +34,7 @@ import sys
 import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -116,6 +118,16 @@ def py_spy() -> str:
     return str(Path(sys.executable).parent / "py-spy")
 
 
+def sampled(spec: PathSpec, process: str | None) -> PathSpec:
+    """`spec`, measuring and sampling `process` (one it watches) instead of its server."""
+    if process is None or process == spec.process:
+        return spec
+    if process not in spec.watch:
+        watched = ", ".join(sorted(spec.watch))
+        raise ValueError(f"the {spec.kind} path watches no process {process!r} ({watched})")
+    return replace(spec, pid=spec.watch[process], process=process)
+
+
 def profile_path(spec: PathSpec, *, seconds: int, users: int, concurrency: int) -> dict[str, Any]:
     """Rounds of `spec` back to back while py-spy samples its process for `seconds`."""
     events: list[str] = []
@@ -187,6 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=20_000, help="shoppers per round")
     parser.add_argument("--concurrency", type=int, default=64, help="driver connections")
     parser.add_argument("--top", type=int, default=20, help="functions listed per path")
+    parser.add_argument(
+        "--sample", help="the process to sample on every path (default: the path's server)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "profile.json")
     add_scheduling_option(parser)
     args = parser.parse_args(argv)
@@ -200,12 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         procs["hello"] = start_hello("profile")
         paths = {**service_paths(procs), "hello": hello_path(procs["hello"])}
+        try:
+            specs = {name: sampled(paths[name], args.sample) for name in chosen}
+        except ValueError as exc:
+            parser.error(str(exc))
         results = {}
-        for name in chosen:
-            print(f"[profile] {name}: sampling {paths[name].process} for {args.seconds:g} s",
-                  flush=True)  # fmt: skip
+        for name, spec in specs.items():
+            print(f"[profile] {name}: sampling {spec.process} for {args.seconds:g} s", flush=True)
             results[name] = profile_path(
-                paths[name], seconds=args.seconds, users=args.users, concurrency=args.concurrency
+                spec, seconds=args.seconds, users=args.users, concurrency=args.concurrency
             )
     finally:
         stop_all(p.proc for p in procs.values())
