@@ -7,6 +7,9 @@ MariaDB was SIGSTOPped, because the `asyncio.timeout` around `SELECT 1` cancelle
 clean-up. So the check runs in a task of its own that callers wait on for at most
 `timeout_s` and never cancel. While that task is still pending, later calls wait on it too
 rather than start another, so a hung server costs one stuck check, not one per probe.
+A Redis PING gets the same treatment: with no socket timeout set, a PING to a frozen node
+never returns, and each probe would leave one more pending; a `wait_for` around a redis-py
+call can lose its cancellation and wait forever (seen in the chaos harness, 2026-12-02).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from redis.asyncio.cluster import RedisCluster
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -54,3 +58,8 @@ def database_probe(engine: AsyncEngine, timeout_s: float = 2.0) -> BoundedProbe:
             await conn.execute(text("SELECT 1"))
 
     return BoundedProbe(select_one, timeout_s)
+
+
+def redis_probe(client: RedisCluster, timeout_s: float = 2.0) -> BoundedProbe:
+    """PING to the client's default node (redis-py's target for PING), as a BoundedProbe."""
+    return BoundedProbe(client.ping, timeout_s)

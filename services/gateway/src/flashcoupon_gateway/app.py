@@ -13,6 +13,7 @@ import httpx
 from flashcoupon_common import channels, heap, keys, tracing
 from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
+from flashcoupon_common.probes import redis_probe
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from redis.asyncio.cluster import RedisCluster
@@ -94,7 +95,7 @@ def create_app(
             holders=holders,
             batcher=batcher,
         )
-        state["redis"] = client
+        state["redis_probe"] = redis_probe(client)
         IN_FLIGHT.set_function(lambda: gateway.in_flight)  # read at scrape time, not per request
         room.start()
 
@@ -122,6 +123,7 @@ def create_app(
                 await batcher.aclose()
             await gateway.upstream.aclose()
             await runner.aclose()
+            await state.pop("redis_probe").close()
             if own_http:
                 await http.aclose()
             if own_redis:
@@ -129,7 +131,10 @@ def create_app(
             await tracing.flush()
 
     async def ready() -> dict[str, bool]:
-        return {"redis": bool(await state["redis"].ping())}
+        probe = state.get("redis_probe")
+        if probe is None:
+            return {"started": False}
+        return {"redis": await probe.passes()}  # bounded even when a node hangs
 
     app = Starlette(
         routes=[*ROUTES, Route("/openapi.json", openapi, methods=["GET"]), *health_routes(ready)],

@@ -20,6 +20,7 @@ from flashcoupon_common import channels, heap, keys, tracing
 from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.lua import ISSUE, ISSUE_FIELD_ENTRIES, LuaScript
+from flashcoupon_common.probes import BoundedProbe, redis_probe
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -133,6 +134,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
         )
         await client.initialize()
         app.state.redis_client = client
+        probes["redis"] = redis_probe(client)
         batcher = ScriptBatcher(
             client,
             client="issuer",
@@ -174,12 +176,18 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
             except (TimeoutError, asyncio.CancelledError):
                 logger.warning("supply listener did not stop in time; abandoned")
             await batcher.aclose()
+            await probes.pop("redis").close()
             if redis is None:
                 await client.aclose()
             await tracing.flush()
 
+    probes: dict[str, BoundedProbe] = {}
+
     async def ready() -> dict[str, bool]:
-        return {"redis": bool(await app.state.redis_client.ping())}
+        probe = probes.get("redis")
+        if probe is None:
+            return {"started": False}
+        return {"redis": await probe.passes()}  # bounded even when a node hangs
 
     app = Starlette(
         routes=[*http.routes(), *health_routes(ready)],

@@ -15,6 +15,7 @@ import time
 
 from flashcoupon_common import keys
 from flashcoupon_common.kafka_producer import ProducerFactory, ProducerHolder
+from flashcoupon_common.probes import redis_probe
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
@@ -41,6 +42,7 @@ class Relay:
         self.settings = settings
         self.metrics = metrics or RelayMetrics()
         self._redis = redis
+        self._redis_probe = redis_probe(redis)
         self._producer = ProducerHolder(
             producer_factory or relay_producer_factory(settings),
             on_recreate=self.metrics.producer_recreations.inc,
@@ -77,13 +79,13 @@ class Relay:
                 if late:
                     await asyncio.wait(late, timeout=2)
             await self._producer.close()
+            await self._redis_probe.close()
             logger.info("relay %s stopped", s.consumer)
 
     async def ready(self) -> dict[str, bool]:
-        try:
-            redis_ok = bool(await asyncio.wait_for(self._redis.ping(), 2))
-        except Exception:  # noqa: BLE001 - unreachable for any reason means "not ready"
-            redis_ok = False
+        # Bounded without cancelling the PING: a wait_for around a redis-py call can lose the
+        # cancellation and wait forever (flashcoupon_common.probes).
+        redis_ok = await self._redis_probe.passes()
         return {"redis": redis_ok, "kafka": await self._producer.ready()}
 
     def watched_events(self) -> set[str]:
