@@ -63,8 +63,11 @@ async def test_readiness_is_bounded_while_redis_hangs(stack: Stack, tmp_path: Pa
             {**stack.env(), "FLASHCOUPON_REDIS_NODES": nodes}, tmp_path / "relay.log"
         )
         await wait_ready(f"http://127.0.0.1:{relay_port}", relay)
-        urls = {"issuer": issuer.url, "gateway": gateway.url}
-        urls["relay"] = f"http://127.0.0.1:{relay_port}"
+        urls = {
+            "issuer": issuer.url,
+            "gateway": gateway.url,
+            "relay": f"http://127.0.0.1:{relay_port}",
+        }
 
         # Far above the bound, so only a /readyz that hangs fails here, as a ReadTimeout.
         async with httpx.AsyncClient(timeout=BOUND_S + 8) as http:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from redis.asyncio.cluster import RedisCluster
 from sqlalchemy import text
@@ -63,3 +63,11 @@ def database_probe(engine: AsyncEngine, timeout_s: float = 2.0) -> BoundedProbe:
 def redis_probe(client: RedisCluster, timeout_s: float = 2.0) -> BoundedProbe:
     """PING to the client's default node (redis-py's target for PING), as a BoundedProbe."""
     return BoundedProbe(client.ping, timeout_s)
+
+
+async def readiness(probes: Mapping[str, BoundedProbe]) -> dict[str, bool]:
+    """Each probe's outcome by name, for /readyz; `{"started": False}` while there are none
+    (before the lifespan made them, or after it closed them)."""
+    if not probes:
+        return {"started": False}
+    return {name: await probe.passes() for name, probe in probes.items()}

@@ -13,7 +13,7 @@ import httpx
 from flashcoupon_common import channels, heap, keys, tracing
 from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import JSONResponse, exception_handlers, health_routes
-from flashcoupon_common.probes import redis_probe
+from flashcoupon_common.probes import BoundedProbe, readiness, redis_probe
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_cluster import create_redis_cluster
 from redis.asyncio.cluster import RedisCluster
@@ -55,7 +55,7 @@ def create_app(
     redis: RedisCluster | None = None,
     http_client: httpx.AsyncClient | None = None,
 ) -> IssueFastPath:
-    state: dict[str, Any] = {}
+    probes: dict[str, BoundedProbe] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[Mapping[str, Any]]:
@@ -95,7 +95,7 @@ def create_app(
             holders=holders,
             batcher=batcher,
         )
-        state["redis_probe"] = redis_probe(client)
+        probes["redis"] = redis_probe(client)
         IN_FLIGHT.set_function(lambda: gateway.in_flight)  # read at scrape time, not per request
         room.start()
 
@@ -123,7 +123,7 @@ def create_app(
                 await batcher.aclose()
             await gateway.upstream.aclose()
             await runner.aclose()
-            await state.pop("redis_probe").close()
+            await probes.pop("redis").close()
             if own_http:
                 await http.aclose()
             if own_redis:
@@ -131,10 +131,7 @@ def create_app(
             await tracing.flush()
 
     async def ready() -> dict[str, bool]:
-        probe = state.get("redis_probe")
-        if probe is None:
-            return {"started": False}
-        return {"redis": await probe.passes()}  # bounded even when a node hangs
+        return await readiness(probes)  # bounded even when Redis hangs
 
     app = Starlette(
         routes=[*ROUTES, Route("/openapi.json", openapi, methods=["GET"]), *health_routes(ready)],

@@ -20,7 +20,7 @@ from flashcoupon_common import channels, heap, keys, tracing
 from flashcoupon_common.holders import Holders, scan_holders
 from flashcoupon_common.http import exception_handlers, health_routes
 from flashcoupon_common.lua import ISSUE, ISSUE_FIELD_ENTRIES, LuaScript
-from flashcoupon_common.probes import BoundedProbe, redis_probe
+from flashcoupon_common.probes import BoundedProbe, readiness, redis_probe
 from flashcoupon_common.red_metrics import REDMiddleware
 from flashcoupon_common.redis_batch import ScriptBatcher
 from flashcoupon_common.redis_cluster import create_redis_cluster
@@ -122,6 +122,7 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
     stack: the hot endpoint then skips Starlette's own per-request layers (scope set-up, the
     error middleware's send wrapper); IssueEdge answers its own errors as problem+json.
     """
+    probes: dict[str, BoundedProbe] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
@@ -181,13 +182,8 @@ def create_app(settings: IssuerSettings, *, redis: RedisCluster | None = None) -
                 await client.aclose()
             await tracing.flush()
 
-    probes: dict[str, BoundedProbe] = {}
-
     async def ready() -> dict[str, bool]:
-        probe = probes.get("redis")
-        if probe is None:
-            return {"started": False}
-        return {"redis": await probe.passes()}  # bounded even when a node hangs
+        return await readiness(probes)  # bounded even when Redis hangs
 
     app = Starlette(
         routes=[*http.routes(), *health_routes(ready)],
